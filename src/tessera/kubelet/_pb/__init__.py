@@ -1,0 +1,1 @@
+"""Generated gRPC bindings (kubelet APIs); regenerate with tools/gen_proto.py."""

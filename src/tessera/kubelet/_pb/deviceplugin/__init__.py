@@ -1,0 +1,1 @@
+"""Generated gRPC bindings (deviceplugin); regenerate with tools/gen_proto.py."""

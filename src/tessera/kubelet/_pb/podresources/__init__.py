@@ -1,0 +1,1 @@
+"""Generated gRPC bindings (podresources); regenerate with tools/gen_proto.py."""
