@@ -1,0 +1,363 @@
+"""The MIG profile catalogue: typed, validated views over the one table in ``_mig_table``.
+
+Why a separate view: the table is kept terse so a reviewer can compare it line by line with
+``nvidia-smi mig -lgip``; this module turns it into frozen values with the derived facts that
+callers need (resource names, placements, GPU-instance ids) so that nothing is spelled twice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Literal
+
+from tessera.core import _mig_table
+from tessera.core.errors import UnknownModelError, UnknownProfileError
+
+__all__ = [
+    "COMPUTE_INSTANCE_PROFILE_CONSTANTS",
+    "GPU_INSTANCE_PROFILE_CONSTANTS",
+    "MIG_RESOURCE_PREFIX",
+    "RESOURCE_DOMAIN",
+    "WHOLE_GPU_RESOURCE",
+    "Engines",
+    "GpuModel",
+    "MigProfile",
+    "Placement",
+    "compute_instance_profile_for_slices",
+    "compute_instance_slices",
+    "find_model",
+    "mig_resource_name",
+    "model",
+    "models",
+    "profile_name_from_resource",
+]
+
+RESOURCE_DOMAIN = "nvidia.com"
+"""Resource names follow NVIDIA's device plugin so existing pod specs work unchanged."""
+WHOLE_GPU_RESOURCE = f"{RESOURCE_DOMAIN}/gpu"
+MIG_RESOURCE_PREFIX = f"{RESOURCE_DOMAIN}/mig-"
+
+GPU_INSTANCE_PROFILE_CONSTANTS: Mapping[str, int] = {
+    "1_SLICE": 0,
+    "2_SLICE": 1,
+    "3_SLICE": 2,
+    "4_SLICE": 3,
+    "7_SLICE": 4,
+    "8_SLICE": 5,
+    "6_SLICE": 6,
+    "1_SLICE_REV1": 7,
+    "2_SLICE_REV1": 8,
+    "1_SLICE_REV2": 9,
+    "1_SLICE_GFX": 10,
+    "2_SLICE_GFX": 11,
+    "4_SLICE_GFX": 12,
+    "1_SLICE_NO_ME": 13,
+    "2_SLICE_NO_ME": 14,
+    "1_SLICE_ALL_ME": 15,
+    "2_SLICE_ALL_ME": 16,
+    "3_SLICE_GFX": 17,
+}
+"""``NVML_GPU_INSTANCE_PROFILE_<key>`` values (nvml.h, API 13); ``COUNT`` is 18."""
+
+COMPUTE_INSTANCE_PROFILE_CONSTANTS: Mapping[str, int] = {
+    "1_SLICE": 0,
+    "2_SLICE": 1,
+    "3_SLICE": 2,
+    "4_SLICE": 3,
+    "7_SLICE": 4,
+    "8_SLICE": 5,
+    "6_SLICE": 6,
+    "1_SLICE_REV1": 7,
+    "7_SLICE_NVL": 8,
+}
+"""``NVML_COMPUTE_INSTANCE_PROFILE_<key>`` values; for compute instances ``info.id`` is the value."""
+
+_CI_SLICES: Mapping[int, int] = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6, 7: 1, 8: 7}
+
+
+def compute_instance_slices(ci_profile: int) -> int:
+    """Compute slices of an ``NVML_COMPUTE_INSTANCE_PROFILE_*`` value (KeyError if unknown)."""
+    return _CI_SLICES[ci_profile]
+
+
+def compute_instance_profile_for_slices(slices: int) -> int:
+    """The compute-instance profile that covers ``slices`` compute slices (the default CI of a GI)."""
+    for constant, size in _CI_SLICES.items():
+        if size == slices:
+            return constant
+    raise KeyError(slices)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a GPU instance sits, in memory slices, as ``nvmlGpuInstancePlacement_t`` says."""
+
+    start: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        """One past the last memory slice used."""
+        return self.start + self.size
+
+    def overlaps(self, other: Placement) -> bool:
+        return self.start < other.end and other.start < self.end
+
+    def __str__(self) -> str:
+        return f"{self.start}:{self.size}"
+
+
+@dataclass(frozen=True)
+class Engines:
+    """Hardware engines a GPU instance owns; media engines (JPEG, OFA) are scarce per card."""
+
+    copy: int
+    decoders: int
+    encoders: int
+    jpeg: int
+    ofa: int
+
+    def __add__(self, other: Engines) -> Engines:
+        return Engines(
+            self.copy + other.copy,
+            self.decoders + other.decoders,
+            self.encoders + other.encoders,
+            self.jpeg + other.jpeg,
+            self.ofa + other.ofa,
+        )
+
+    def fits_within(self, limit: Engines) -> bool:
+        return (
+            self.copy <= limit.copy
+            and self.decoders <= limit.decoders
+            and self.encoders <= limit.encoders
+            and self.jpeg <= limit.jpeg
+            and self.ofa <= limit.ofa
+        )
+
+
+NO_ENGINES = Engines(0, 0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One GPU-instance profile of one GPU model (a row of ``nvidia-smi mig -lgip``)."""
+
+    name: str
+    """NVIDIA's name, e.g. ``1g.10gb`` or ``1g.10gb+me``."""
+    nvml_constant_name: str
+    """``NVML_GPU_INSTANCE_PROFILE_*`` name, given to ``nvmlDeviceGetGpuInstanceProfileInfo``."""
+    nvml_constant: int
+    profile_id: int
+    """The device-specific id NVML returns in ``info.id``; create/placement calls take this one."""
+    compute_slices: int
+    memory_slices: int
+    memory_mib: int
+    max_count: int
+    sm_count: int
+    engines: Engines
+    placements: tuple[Placement, ...]
+    unverified: frozenset[str] = field(default_factory=frozenset)
+    """Fields whose value was estimated, not read off a real card (model-wide ones included)."""
+
+    @property
+    def verified(self) -> bool:
+        return not self.unverified
+
+    @property
+    def resource_name(self) -> str:
+        """The extended resource a pod requests, named as NVIDIA's "mixed" strategy names it."""
+        return mig_resource_name(self.name)
+
+    @property
+    def starts(self) -> tuple[int, ...]:
+        return tuple(p.start for p in self.placements)
+
+    def placement_at(self, start: int) -> Placement | None:
+        for placement in self.placements:
+            if placement.start == start:
+                return placement
+        return None
+
+
+Architecture = Literal["ampere", "hopper"]
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """A MIG-capable GPU model: its geometry and every profile it offers."""
+
+    name: str
+    product_names: tuple[str, ...]
+    """What ``nvmlDeviceGetName`` returns for cards of this model."""
+    pci_device_ids: tuple[int, ...]
+    """``nvmlPciInfo_t.pciDeviceId`` values (device id << 16 | vendor 0x10DE)."""
+    architecture: Architecture
+    total_memory_mib: int
+    memory_slices: int
+    compute_slices: int
+    max_gpu_instances: int
+    min_driver: str | None
+    source: str
+    unverified: frozenset[str]
+    """Caveats that hold for the whole model (e.g. ``placements`` never observed on a card)."""
+    profiles: tuple[MigProfile, ...]
+
+    @property
+    def mig_enable_resets_gpu(self) -> bool:
+        """Ampere resets the GPU to switch MIG mode (and keeps it across reboots); Hopper does not."""
+        return self.architecture == "ampere"
+
+    @property
+    def full_profile(self) -> MigProfile:
+        """The profile that spans the whole card; its engines are the card's engine budget."""
+        return max(self.profiles, key=lambda p: (p.memory_slices, p.compute_slices))
+
+    @property
+    def engine_budget(self) -> Engines:
+        return self.full_profile.engines
+
+    @property
+    def resource_names(self) -> tuple[str, ...]:
+        return tuple(p.resource_name for p in self.profiles)
+
+    @property
+    def verified(self) -> bool:
+        return not self.unverified and all(p.verified for p in self.profiles)
+
+    def profile(self, name: str, field_name: str = "profile") -> MigProfile:
+        """The named profile; also accepts its resource name (``nvidia.com/mig-1g.10gb.me``)."""
+        wanted = profile_name_from_resource(name) if name.startswith(MIG_RESOURCE_PREFIX) else name
+        for profile in self.profiles:
+            if profile.name == wanted:
+                return profile
+        raise UnknownProfileError(
+            field_name,
+            f"{self.name} has no MIG profile {name!r}",
+            [p.name for p in self.profiles],
+        )
+
+    def profile_by_id(self, profile_id: int) -> MigProfile | None:
+        for profile in self.profiles:
+            if profile.profile_id == profile_id:
+                return profile
+        return None
+
+    def profile_by_constant(self, constant: int) -> MigProfile | None:
+        for profile in self.profiles:
+            if profile.nvml_constant == constant:
+                return profile
+        return None
+
+    def gpu_instance_id(self, placement: Placement) -> int:
+        """The GI id NVML gives an instance at ``placement`` (binary-tree slot numbering).
+
+        Observed on A100, A30, H100, H100 NVL and GH200: on an 8-slice card 0:8 is GI 0, 0:4 and
+        4:4 are 1 and 2, the 2-slice slots 3..6 and the 1-slice slots 7..13; the A30 is the same
+        tree over 4 slices. Callers must not assume GI ids are dense.
+        """
+        return self.memory_slices // placement.size - 1 + placement.start // placement.size
+
+
+def _profile_from_row(row: _mig_table._P, model_unverified: Iterable[str]) -> MigProfile:
+    size = row.memory_slices
+    return MigProfile(
+        name=row.name,
+        nvml_constant_name=f"NVML_GPU_INSTANCE_PROFILE_{row.constant}",
+        nvml_constant=GPU_INSTANCE_PROFILE_CONSTANTS[row.constant],
+        profile_id=row.profile_id,
+        compute_slices=row.compute_slices,
+        memory_slices=size,
+        memory_mib=row.memory_mib,
+        max_count=row.max_count,
+        sm_count=row.sm_count,
+        engines=Engines(*row.engines),
+        placements=tuple(Placement(start, size) for start in row.starts),
+        unverified=frozenset(row.unverified) | frozenset(model_unverified),
+    )
+
+
+def _model_from_row(row: _mig_table._Model) -> GpuModel:
+    architecture: Architecture = "ampere" if row.architecture == "ampere" else "hopper"
+    return GpuModel(
+        name=row.name,
+        product_names=row.product_names,
+        pci_device_ids=row.pci_device_ids,
+        architecture=architecture,
+        total_memory_mib=row.total_memory_mib,
+        memory_slices=row.memory_slices,
+        compute_slices=row.compute_slices,
+        max_gpu_instances=row.max_gpu_instances,
+        min_driver=row.min_driver,
+        source=row.source,
+        unverified=frozenset(row.unverified),
+        profiles=tuple(_profile_from_row(p, row.unverified) for p in row.profiles),
+    )
+
+
+@cache
+def models() -> tuple[GpuModel, ...]:
+    """Every supported model, in table order."""
+    return tuple(_model_from_row(row) for row in _mig_table.MODELS)
+
+
+def model(name: str, field_name: str = "model") -> GpuModel:
+    """The model with this catalogue name (case-insensitive), or a product name NVML reports."""
+    found = find_model(name)
+    if found is None:
+        raise UnknownModelError(
+            field_name, f"unknown GPU model {name!r}", [m.name for m in models()]
+        )
+    return found
+
+
+def find_model(name: str, pci_device_id: int | None = None) -> GpuModel | None:
+    """Map a card to its model: by PCI device id first (exact), else by name or product name."""
+    if pci_device_id is not None:
+        for candidate in models():
+            if pci_device_id in candidate.pci_device_ids:
+                return candidate
+    lowered = name.strip().lower()
+    for candidate in models():
+        if candidate.name.lower() == lowered:
+            return candidate
+    for candidate in models():
+        if any(product.lower() == lowered for product in candidate.product_names):
+            return candidate
+    return None
+
+
+def mig_resource_name(profile_name: str) -> str:
+    """``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me``, as NVIDIA's device plugin names it."""
+    return MIG_RESOURCE_PREFIX + profile_name.replace("+", ".")
+
+
+def profile_name_from_resource(resource: str) -> str:
+    """Inverse of :func:`mig_resource_name` for the profiles in the catalogue."""
+    if not resource.startswith(MIG_RESOURCE_PREFIX):
+        raise UnknownProfileError(
+            "resource", f"{resource!r} is not a MIG resource (expected {MIG_RESOURCE_PREFIX}<profile>)"
+        )
+    suffix = resource[len(MIG_RESOURCE_PREFIX) :]
+    for candidate in models():
+        for profile in candidate.profiles:
+            if profile.resource_name == resource:
+                return profile.name
+    return suffix
+
+
+def expected_profile_name(model_: GpuModel, profile: MigProfile) -> str:
+    """The name NVIDIA's go-nvlib derives from memory fraction and total memory.
+
+    ``GB = round(ceil(mem / total * 8) / 8 * ceil(total / 1 GiB))``; a ``+me`` suffix marks the
+    REV1 (media-extension) profiles. Used to cross-check the table: a row whose name disagrees
+    with its memory has a typo in one of them.
+    """
+    total_gib = math.ceil(model_.total_memory_mib / 1024)
+    eighths = math.ceil(profile.memory_mib / model_.total_memory_mib * 8)
+    gigabytes = math.floor(eighths / 8 * total_gib + 0.5)  # Go's math.Round: half away from 0
+    suffix = "+me" if profile.nvml_constant_name.endswith("_REV1") else ""
+    return f"{profile.compute_slices}g.{gigabytes}gb{suffix}"
