@@ -73,7 +73,7 @@ COMPUTE_INSTANCE_PROFILE_CONSTANTS: Mapping[str, int] = {
     "1_SLICE_REV1": 7,
     "7_SLICE_NVL": 8,
 }
-"""``NVML_COMPUTE_INSTANCE_PROFILE_<key>`` values; for compute instances ``info.id`` is the value."""
+"""``NVML_COMPUTE_INSTANCE_PROFILE_<key>`` values; a compute instance's ``info.id`` is one."""
 
 _CI_SLICES: Mapping[int, int] = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6, 7: 1, 8: 7}
 
@@ -84,7 +84,7 @@ def compute_instance_slices(ci_profile: int) -> int:
 
 
 def compute_instance_profile_for_slices(slices: int) -> int:
-    """The compute-instance profile that covers ``slices`` compute slices (the default CI of a GI)."""
+    """The compute-instance profile spanning ``slices`` compute slices (a GI's default CI)."""
     for constant, size in _CI_SLICES.items():
         if size == slices:
             return constant
@@ -208,7 +208,7 @@ class GpuModel:
 
     @property
     def mig_enable_resets_gpu(self) -> bool:
-        """Ampere resets the GPU to switch MIG mode (and keeps it across reboots); Hopper does not."""
+        """Ampere resets the GPU to switch MIG mode (and keeps it over reboots); Hopper does not."""
         return self.architecture == "ampere"
 
     @property
@@ -327,7 +327,8 @@ def find_model(name: str, pci_device_id: int | None = None) -> GpuModel | None:
     for candidate in models():
         if any(product.lower() == lowered for product in candidate.product_names):
             return candidate
-    return None
+    prefixed = [c for c in models() if lowered and c.name.lower().startswith(lowered)]
+    return prefixed[0] if len(prefixed) == 1 else None  # "h200" is H200-141GB; "a100" is neither
 
 
 def mig_resource_name(profile_name: str) -> str:
@@ -339,7 +340,8 @@ def profile_name_from_resource(resource: str) -> str:
     """Inverse of :func:`mig_resource_name` for the profiles in the catalogue."""
     if not resource.startswith(MIG_RESOURCE_PREFIX):
         raise UnknownProfileError(
-            "resource", f"{resource!r} is not a MIG resource (expected {MIG_RESOURCE_PREFIX}<profile>)"
+            "resource",
+            f"{resource!r} is not a MIG resource (expected {MIG_RESOURCE_PREFIX}<profile>)",
         )
     suffix = resource[len(MIG_RESOURCE_PREFIX) :]
     for candidate in models():
@@ -361,3 +363,67 @@ def expected_profile_name(model_: GpuModel, profile: MigProfile) -> str:
     gigabytes = math.floor(eighths / 8 * total_gib + 0.5)  # Go's math.Round: half away from 0
     suffix = "+me" if profile.nvml_constant_name.endswith("_REV1") else ""
     return f"{profile.compute_slices}g.{gigabytes}gb{suffix}"
+
+
+def describe(models_: Iterable[GpuModel]) -> dict[str, object]:
+    """The catalogue as plain data: the documented shape of ``tessera catalogue --json``.
+
+    ``{"version": 1, "models": [{name, product_names, pci_device_ids (hex strings),
+    architecture, total_memory_mib, memory_slices, compute_slices, max_gpu_instances,
+    mig_enable_resets_gpu, verified, unverified, source, profiles: [{name, resource_name,
+    nvml_constant, nvml_constant_value, profile_id, compute_slices, memory_slices, memory_mib,
+    max_count, sm_count, engines: {copy, decoders, encoders, jpeg, ofa}, placements: [{start,
+    size, gpu_instance_id}], verified, unverified}]}]}``
+    """
+    return {
+        "version": 1,
+        "models": [
+            {
+                "name": m.name,
+                "product_names": list(m.product_names),
+                "pci_device_ids": [f"0x{pci:08X}" for pci in m.pci_device_ids],
+                "architecture": m.architecture,
+                "total_memory_mib": m.total_memory_mib,
+                "memory_slices": m.memory_slices,
+                "compute_slices": m.compute_slices,
+                "max_gpu_instances": m.max_gpu_instances,
+                "mig_enable_resets_gpu": m.mig_enable_resets_gpu,
+                "verified": m.verified,
+                "unverified": sorted(m.unverified),
+                "source": m.source,
+                "profiles": [
+                    {
+                        "name": p.name,
+                        "resource_name": p.resource_name,
+                        "nvml_constant": p.nvml_constant_name,
+                        "nvml_constant_value": p.nvml_constant,
+                        "profile_id": p.profile_id,
+                        "compute_slices": p.compute_slices,
+                        "memory_slices": p.memory_slices,
+                        "memory_mib": p.memory_mib,
+                        "max_count": p.max_count,
+                        "sm_count": p.sm_count,
+                        "engines": {
+                            "copy": p.engines.copy,
+                            "decoders": p.engines.decoders,
+                            "encoders": p.engines.encoders,
+                            "jpeg": p.engines.jpeg,
+                            "ofa": p.engines.ofa,
+                        },
+                        "placements": [
+                            {
+                                "start": pl.start,
+                                "size": pl.size,
+                                "gpu_instance_id": m.gpu_instance_id(pl),
+                            }
+                            for pl in p.placements
+                        ],
+                        "verified": p.verified,
+                        "unverified": sorted(p.unverified),
+                    }
+                    for p in m.profiles
+                ],
+            }
+            for m in models_
+        ],
+    }

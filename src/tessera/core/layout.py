@@ -66,7 +66,7 @@ class Conflict:
     """Why a slice cannot join a layout; ``kind`` lets adapters map it onto NVML's return codes."""
 
     kind: str
-    """``placement`` (start not offered by the profile) or ``resources`` (the card is full there)."""
+    """``placement`` (a start the profile does not offer) or ``resources`` (the card is full)."""
     message: str
 
 

@@ -307,8 +307,8 @@ class PynvmlBackend:
     def set_mig_mode(self, index: int, enabled: bool) -> MigModeResult:
         with self._calls(f"set MIG mode of GPU {index}"):
             handle = self._handle(index)
-            status = pynvml.nvmlDeviceSetMigMode(
-                handle, pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE)
+            mode = pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE
+            status = pynvml.nvmlDeviceSetMigMode(handle, mode)
             return MigModeResult(int(status))
 
     def create_slice(self, index: int, profile: str, start: int) -> GpuInstance:
@@ -407,7 +407,7 @@ def open_backend(spec: str) -> PynvmlBackend:
     if spec == "real":
         return PynvmlBackend()
     if spec.startswith("sim:") and len(spec) > 4:
-        from tessera.nvml import sim
+        from tessera.nvml import sim  # noqa: PLC0415 - only a simulated node loads the simulator
 
         sim.install(sim.FileStore(spec[4:]))
         return PynvmlBackend()

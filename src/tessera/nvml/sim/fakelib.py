@@ -32,7 +32,9 @@ from tessera.nvml.sim.store import StateStore
 __all__ = ["FakeNvmlLib", "codes"]
 
 
-class codes:  # noqa: N801 - mirrors nvmlReturn_t names
+class codes:
+    """``nvmlReturn_t`` values the simulator returns."""
+
     SUCCESS = 0
     UNINITIALIZED = 1
     INVALID_ARGUMENT = 2
@@ -71,7 +73,9 @@ GI_PROFILE_COUNT = 18
 CI_PROFILE_COUNT = 9
 
 
-class _Fail(Exception):
+class _FailError(Exception):
+    """Unwinds a fake call with an NVML return code."""
+
     def __init__(self, code: int) -> None:
         self.code = code
 
@@ -140,7 +144,7 @@ class FakeNvmlLib:
     def _key(self, handle: Any, *kinds: str) -> _Key:
         key = self._keys.get(_address(handle))
         if key is None or key.kind not in kinds:
-            raise _Fail(codes.INVALID_ARGUMENT)
+            raise _FailError(codes.INVALID_ARGUMENT)
         return key
 
     def __getattribute__(self, name: str) -> Any:
@@ -160,7 +164,7 @@ class FakeNvmlLib:
                 return injected
             try:
                 return function(*args)
-            except _Fail as failure:
+            except _FailError as failure:
                 return failure.code
 
         call.__name__ = name
@@ -186,16 +190,16 @@ class FakeNvmlLib:
     def _gpu(self, state: NodeState, key: _Key) -> SimGpu:
         gpu = state.gpu(key.gpu)
         if gpu is None:
-            raise _Fail(codes.INVALID_ARGUMENT)
+            raise _FailError(codes.INVALID_ARGUMENT)
         if gpu.lost:
-            raise _Fail(codes.GPU_IS_LOST)
+            raise _FailError(codes.GPU_IS_LOST)
         return gpu
 
     def _mig_gpu(self, state: NodeState, key: _Key) -> tuple[SimGpu, catalogue.GpuModel]:
         gpu = self._gpu(state, key)
         model = gpu.catalogue_model()
         if model is None or not gpu.mig_current:
-            raise _Fail(codes.NOT_SUPPORTED)
+            raise _FailError(codes.NOT_SUPPORTED)
         return gpu, model
 
     def _gi(self, state: NodeState, key: _Key) -> tuple[SimGpu, catalogue.GpuModel,
@@ -203,7 +207,7 @@ class FakeNvmlLib:
         gpu, model = self._mig_gpu(state, key)
         instance = gpu.gpu_instance(key.gi)
         if instance is None:
-            raise _Fail(codes.INVALID_ARGUMENT)
+            raise _FailError(codes.INVALID_ARGUMENT)
         return gpu, model, instance
 
     def _ci(self, state: NodeState, key: _Key) -> tuple[SimGpu, catalogue.GpuModel,
@@ -212,7 +216,7 @@ class FakeNvmlLib:
         for compute in instance.compute_instances:
             if compute.id == key.ci:
                 return gpu, model, instance, compute
-        raise _Fail(codes.INVALID_ARGUMENT)
+        raise _FailError(codes.INVALID_ARGUMENT)
 
     # -- library and system -----------------------------------------------------------------
 
@@ -281,7 +285,7 @@ class FakeNvmlLib:
         return state, gpu, key
 
     def _mig_profile_name(self, state: NodeState, key: _Key) -> str:
-        gpu, model, instance, compute = self._ci(state, key)
+        _, model, instance, compute = self._ci(state, key)
         profile = model.profile_by_id(instance.profile_id)
         assert profile is not None
         if compute.size == profile.compute_slices:
@@ -319,7 +323,7 @@ class FakeNvmlLib:
         return codes.SUCCESS
 
     def nvmlDeviceGetPciInfo_v3(self, handle: Any, info: Any) -> int:
-        _, gpu, key = self._device(handle)
+        _, gpu, _ = self._device(handle)
         target = _out(info)
         domain, bus, rest = gpu.bus_id.split(":")
         device, _function = rest.split(".")
@@ -350,7 +354,7 @@ class FakeNvmlLib:
         return codes.SUCCESS
 
     def _processes(self, handle: Any, mps: bool) -> list[tuple[int, int, int, int]]:
-        state, gpu, key = self._device(handle)
+        _, gpu, key = self._device(handle)
         found = []
         for process in gpu.processes:
             if process.mps != mps:
@@ -517,7 +521,7 @@ class FakeNvmlLib:
     def _profile_for_id(self, model: catalogue.GpuModel, profile_id: int) -> catalogue.MigProfile:
         profile = model.profile_by_id(profile_id)
         if profile is None:
-            raise _Fail(codes.INVALID_ARGUMENT)
+            raise _FailError(codes.INVALID_ARGUMENT)
         return profile
 
     def _slices(self, model: catalogue.GpuModel, gpu: SimGpu) -> list[layout.Slice]:
@@ -649,12 +653,12 @@ class FakeNvmlLib:
     def _ci_profile(self, instance: SimGpuInstance, model: catalogue.GpuModel,
                     constant: int) -> tuple[catalogue.MigProfile, int]:
         if constant >= CI_PROFILE_COUNT:
-            raise _Fail(codes.INVALID_ARGUMENT)
+            raise _FailError(codes.INVALID_ARGUMENT)
         gi_profile = model.profile_by_id(instance.profile_id)
         assert gi_profile is not None
         slices = catalogue.compute_instance_slices(constant)
         if slices not in _ci_sizes(gi_profile.compute_slices):
-            raise _Fail(codes.NOT_SUPPORTED)
+            raise _FailError(codes.NOT_SUPPORTED)
         return gi_profile, slices
 
     def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, gi_handle: Any, constant: Any,

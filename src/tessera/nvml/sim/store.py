@@ -60,8 +60,10 @@ class MemoryStore:
 
 def _error_field(error: ValidationError) -> tuple[str, str]:
     first = error.errors()[0]
-    location = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    return location, first["msg"]
+    location = ""
+    for part in first["loc"]:
+        location += f"[{part}]" if isinstance(part, int) else (f".{part}" if location else part)
+    return location or "(top level)", first["msg"].removeprefix("Value error, ")
 
 
 def parse_state(text: str, origin: str) -> NodeState:

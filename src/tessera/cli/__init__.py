@@ -1,0 +1,1 @@
+"""The ``tessera`` command: one entry point for every process and tool."""

@@ -1,0 +1,70 @@
+"""``tessera catalogue [MODEL] [--json]``: what every supported card can be split into."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from tessera.core import catalogue
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "catalogue",
+        help="print the MIG profile catalogue",
+        description="Print every supported GPU model's MIG profiles, placements and resource "
+        "names. Rows marked '*' hold values not yet verified on a real card.",
+    )
+    parser.add_argument("model", nargs="?", help="a model or product name (default: all)")
+    parser.add_argument("--json", action="store_true", help="print JSON (shape: see README)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    chosen = [catalogue.model(args.model)] if args.model else list(catalogue.models())
+    if args.json:
+        print(json.dumps(catalogue.describe(chosen), indent=2))
+        return 0
+    for index, model in enumerate(chosen):
+        if index:
+            print()
+        print(render_model(model))
+    return 0
+
+
+_COLUMNS = ("profile", "id", "const", "CxM", "MiB", "max", "SMs", "CE/DEC/ENC/JPG/OFA",
+            "placements", "resource")
+
+
+def render_model(model: catalogue.GpuModel) -> str:
+    caveat = f"; unverified: {', '.join(sorted(model.unverified))}" if model.unverified else ""
+    header = (
+        f"{model.name} ({', '.join(model.product_names)}): {model.total_memory_mib} MiB, "
+        f"{model.memory_slices} memory / {model.compute_slices} compute slices, "
+        f"{model.architecture}{caveat}"
+    )
+    rows = [list(_COLUMNS)]
+    for p in model.profiles:
+        e = p.engines
+        rows.append([
+            p.name + ("" if p.verified else "*"),
+            str(p.profile_id),
+            str(p.nvml_constant),
+            f"{p.compute_slices}x{p.memory_slices}",
+            str(p.memory_mib),
+            str(p.max_count),
+            str(p.sm_count),
+            f"{e.copy}/{e.decoders}/{e.encoders}/{e.jpeg}/{e.ofa}",
+            "{" + ",".join(str(s) for s in p.starts) + f"}}:{p.memory_slices}",
+            p.resource_name,
+        ])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    lines = [header]
+    for row in rows:
+        lines.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+    unverified = [p for p in model.profiles if not p.verified]
+    if unverified:
+        fields = sorted({f for p in unverified for f in p.unverified})
+        lines.append(f"  * not verified on a real card: {', '.join(fields)}")
+    return "\n".join(lines)

@@ -1,0 +1,221 @@
+"""The MIG catalogue: every supported card's profiles, ids, counts and placements.
+
+The expectations below are written the way ``nvidia-smi mig -lgip`` / ``-lgipp`` print them
+(profile, ID, instance count, ``{starts}:size``), copied from the reference facts gathered from
+NVIDIA's documentation and real transcripts, so a typo in the table shows up as a mismatch here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tessera.core import catalogue
+from tessera.core.errors import UnknownModelError, UnknownProfileError
+
+LGIPP: dict[str, list[tuple[str, int, int, str]]] = {
+    "A30-24GB": [
+        ("1g.6gb", 14, 4, "{0,1,2,3}:1"),
+        ("1g.6gb+me", 21, 1, "{0,1,2,3}:1"),
+        ("2g.12gb", 5, 2, "{0,2}:2"),
+        ("2g.12gb+me", 6, 1, "{0,2}:2"),
+        ("4g.24gb", 0, 1, "{0}:4"),
+    ],
+    "A100-SXM4-40GB": [
+        ("1g.5gb", 19, 7, "{0,1,2,3,4,5,6}:1"),
+        ("1g.5gb+me", 20, 1, "{0,1,2,3,4,5,6}:1"),
+        ("1g.10gb", 15, 4, "{0,2,4,6}:2"),
+        ("2g.10gb", 14, 3, "{0,2,4}:2"),
+        ("3g.20gb", 9, 2, "{0,4}:4"),
+        ("4g.20gb", 5, 1, "{0}:4"),
+        ("7g.40gb", 0, 1, "{0}:8"),
+    ],
+    "A100-80GB": [
+        ("1g.10gb", 19, 7, "{0,1,2,3,4,5,6}:1"),
+        ("1g.10gb+me", 20, 1, "{0,1,2,3,4,5,6}:1"),
+        ("1g.20gb", 15, 4, "{0,2,4,6}:2"),
+        ("2g.20gb", 14, 3, "{0,2,4}:2"),
+        ("3g.40gb", 9, 2, "{0,4}:4"),
+        ("4g.40gb", 5, 1, "{0}:4"),
+        ("7g.80gb", 0, 1, "{0}:8"),
+    ],
+    "H100-80GB": [
+        ("1g.10gb", 19, 7, "{0,1,2,3,4,5,6}:1"),
+        ("1g.10gb+me", 20, 1, "{0,1,2,3,4,5,6}:1"),
+        ("1g.20gb", 15, 4, "{0,2,4,6}:2"),
+        ("2g.20gb", 14, 3, "{0,2,4}:2"),
+        ("3g.40gb", 9, 2, "{0,4}:4"),
+        ("4g.40gb", 5, 1, "{0}:4"),
+        ("7g.80gb", 0, 1, "{0}:8"),
+    ],
+    "H100-NVL-94GB": [
+        ("1g.12gb", 19, 7, "{0,1,2,3,4,5,6}:1"),
+        ("1g.12gb+me", 20, 1, "{0,1,2,3,4,5,6}:1"),
+        ("1g.24gb", 15, 4, "{0,2,4,6}:2"),
+        ("2g.24gb", 14, 3, "{0,2,4}:2"),
+        ("3g.47gb", 9, 2, "{0,4}:4"),
+        ("4g.47gb", 5, 1, "{0}:4"),
+        ("7g.94gb", 0, 1, "{0}:8"),
+    ],
+    "H200-141GB": [
+        ("1g.18gb", 19, 7, "{0,1,2,3,4,5,6}:1"),
+        ("1g.18gb+me", 20, 1, "{0,1,2,3,4,5,6}:1"),
+        ("1g.35gb", 15, 4, "{0,2,4,6}:2"),
+        ("2g.35gb", 14, 3, "{0,2,4}:2"),
+        ("3g.71gb", 9, 2, "{0,4}:4"),
+        ("4g.71gb", 5, 1, "{0}:4"),
+        ("7g.141gb", 0, 1, "{0}:8"),
+    ],
+    "GH200-96GB": [
+        ("1g.12gb", 19, 7, "{0,1,2,3,4,5,6}:1"),
+        ("1g.12gb+me", 20, 1, "{0,1,2,3,4,5,6}:1"),
+        ("1g.24gb", 15, 4, "{0,2,4,6}:2"),
+        ("2g.24gb", 14, 3, "{0,2,4}:2"),
+        ("3g.48gb", 9, 2, "{0,4}:4"),
+        ("4g.48gb", 5, 1, "{0}:4"),
+        ("7g.96gb", 0, 1, "{0}:8"),
+    ],
+    "GH200-144GB": [
+        ("1g.18gb", 19, 7, "{0,1,2,3,4,5,6}:1"),
+        ("1g.18gb+me", 20, 1, "{0,1,2,3,4,5,6}:1"),
+        ("1g.36gb", 15, 4, "{0,2,4,6}:2"),
+        ("2g.36gb", 14, 3, "{0,2,4}:2"),
+        ("3g.72gb", 9, 2, "{0,4}:4"),
+        ("4g.72gb", 5, 1, "{0}:4"),
+        ("7g.144gb", 0, 1, "{0}:8"),
+    ],}
+
+REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "mig_profiles.json"
+
+
+def _lgipp(profile: catalogue.MigProfile) -> str:
+    return "{" + ",".join(str(s) for s in profile.starts) + f"}}:{profile.memory_slices}"
+
+
+def test_every_supported_model_is_in_the_catalogue() -> None:
+    assert [m.name for m in catalogue.models()] == list(LGIPP)
+
+
+@pytest.mark.parametrize("model_name", list(LGIPP))
+def test_profiles_ids_counts_and_placements_match_nvidia_smi(model_name: str) -> None:
+    model = catalogue.model(model_name)
+    actual = [(p.name, p.profile_id, p.max_count, _lgipp(p)) for p in model.profiles]
+    assert actual == LGIPP[model_name]
+
+
+@pytest.mark.parametrize("model", catalogue.models(), ids=lambda m: m.name)
+def test_profile_names_follow_nvidias_naming_rule(model: catalogue.GpuModel) -> None:
+    for profile in model.profiles:
+        assert catalogue.expected_profile_name(model, profile) == profile.name
+
+
+@pytest.mark.parametrize("model", catalogue.models(), ids=lambda m: m.name)
+def test_geometry_is_consistent(model: catalogue.GpuModel) -> None:
+    for profile in model.profiles:
+        for placement in profile.placements:
+            assert placement.size == profile.memory_slices
+            assert 0 <= placement.start and placement.end <= model.memory_slices
+        assert profile.compute_slices <= model.compute_slices
+        assert profile.memory_mib < model.total_memory_mib
+        assert profile.max_count <= len(profile.placements)
+    assert model.full_profile.memory_slices == model.memory_slices
+
+
+def test_nvml_constants_match_pynvml() -> None:
+    pynvml = pytest.importorskip("pynvml")
+    for name, value in catalogue.GPU_INSTANCE_PROFILE_CONSTANTS.items():
+        assert getattr(pynvml, f"NVML_GPU_INSTANCE_PROFILE_{name}") == value
+    for name, value in catalogue.COMPUTE_INSTANCE_PROFILE_CONSTANTS.items():
+        assert getattr(pynvml, f"NVML_COMPUTE_INSTANCE_PROFILE_{name}") == value
+
+
+def test_one_profile_has_two_ids_and_they_differ_per_model() -> None:
+    a30 = catalogue.model("A30-24GB")
+    a100 = catalogue.model("A100-SXM4-40GB")
+    assert a30.profile("2g.12gb").profile_id == 5
+    assert a100.profile("4g.20gb").profile_id == 5
+    assert a100.profile("1g.10gb").nvml_constant_name == "NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2"
+    assert a100.profile("1g.10gb").nvml_constant == 9
+
+
+def test_resource_names_are_nvidias_mixed_strategy_names() -> None:
+    h100 = catalogue.model("H100-80GB")
+    assert h100.profile("1g.10gb").resource_name == "nvidia.com/mig-1g.10gb"
+    assert h100.profile("1g.10gb+me").resource_name == "nvidia.com/mig-1g.10gb.me"
+    assert catalogue.profile_name_from_resource("nvidia.com/mig-1g.10gb.me") == "1g.10gb+me"
+    assert h100.profile("nvidia.com/mig-3g.40gb").name == "3g.40gb"
+    assert catalogue.WHOLE_GPU_RESOURCE == "nvidia.com/gpu"
+
+
+def test_gpu_instance_ids_follow_the_observed_slot_tree() -> None:
+    a100 = catalogue.model("A100-SXM4-40GB")
+    ids = {str(pl): a100.gpu_instance_id(pl) for p in a100.profiles for pl in p.placements}
+    assert ids == {
+        "0:8": 0, "0:4": 1, "4:4": 2, "0:2": 3, "2:2": 4, "4:2": 5, "6:2": 6,
+        "0:1": 7, "1:1": 8, "2:1": 9, "3:1": 10, "4:1": 11, "5:1": 12, "6:1": 13,
+    }
+    a30 = catalogue.model("A30-24GB")
+    ids = {str(pl): a30.gpu_instance_id(pl) for p in a30.profiles for pl in p.placements}
+    assert ids == {"0:4": 0, "0:2": 1, "2:2": 2, "0:1": 3, "1:1": 4, "2:1": 5, "3:1": 6}
+
+
+def test_real_cards_map_to_models_by_pci_id_then_name() -> None:
+    assert catalogue.find_model("whatever", 0x20F110DE) == catalogue.model("A100-SXM4-40GB")
+    assert catalogue.find_model("NVIDIA H100 NVL") == catalogue.model("H100-NVL-94GB")
+    assert catalogue.find_model("NVIDIA H200 NVL") == catalogue.model("H200-141GB")
+    assert catalogue.find_model("h200") == catalogue.model("H200-141GB")
+    assert catalogue.find_model("NVIDIA L4") is None
+    assert catalogue.find_model("a100") is None  # ambiguous prefix
+
+
+def test_unknown_model_and_profile_name_the_field_and_the_choices() -> None:
+    with pytest.raises(UnknownModelError) as model_error:
+        catalogue.model("A200", field_name="spec.gpus[0].model")
+    assert model_error.value.field == "spec.gpus[0].model"
+    assert "A100-SXM4-40GB" in str(model_error.value)
+    with pytest.raises(UnknownProfileError) as profile_error:
+        catalogue.model("A30-24GB").profile("1g.10gb")
+    assert "1g.6gb" in str(profile_error.value)
+    assert profile_error.value.field == "profile"
+
+
+def test_unverified_values_are_marked() -> None:
+    h200 = catalogue.model("H200-141GB")
+    assert "placements" in h200.unverified
+    assert {"memory_mib", "profile_id", "placements"} <= h200.profile("1g.18gb").unverified
+    assert catalogue.model("A100-SXM4-40GB").verified
+    assert not catalogue.model("H100-80GB").verified  # the PCIe card's SM counts
+
+
+@pytest.mark.skipif(not REFERENCE.exists(), reason="shared/reference is not beside this checkout")
+def test_every_value_matches_the_reference_facts() -> None:
+    reference = json.loads(REFERENCE.read_text())["gpus"]
+    for model in catalogue.models():
+        facts = reference[model.name]
+        assert model.product_names == tuple(facts["product_names"])
+        assert model.total_memory_mib == facts["total_memory_mib"]
+        assert model.memory_slices == facts["memory_slices"]
+        assert model.compute_slices == facts["compute_slices"]
+        assert model.max_gpu_instances == facts["max_gpu_instances"]
+        for placement_text, gi_id in facts["gi_id_by_placement"].items():
+            start, size = (int(x) for x in placement_text.split(":"))
+            assert model.gpu_instance_id(catalogue.Placement(start, size)) == gi_id
+        assert [p.name for p in model.profiles] == [p["name"] for p in facts["profiles"]]
+        for profile, row in zip(model.profiles, facts["profiles"], strict=True):
+            assert profile.nvml_constant_name == row["nvml_const"]
+            assert profile.nvml_constant == row["nvml_id"]
+            assert profile.profile_id == row["profile_id"]
+            assert profile.compute_slices == row["compute_slices"]
+            assert profile.memory_slices == row["memory_slices"]
+            assert profile.memory_mib == row["memory_mib"]
+            assert profile.max_count == row["max_count"]
+            assert profile.sm_count == row["sm_count"]
+            assert profile.engines == catalogue.Engines(
+                row["copy_engines"], row["decoders"], row["encoders"], row["jpeg"], row["ofa"])
+            assert [(p.start, p.size) for p in profile.placements] == [
+                (p["start"], p["size"]) for p in row["placements"]]
+            assert set(row.get("unverified_fields", [])) <= profile.unverified
+            assert profile.verified == (not row.get("unverified") and not facts.get(
+                "placements_unverified") and not model.unverified)
