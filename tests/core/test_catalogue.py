@@ -116,7 +116,8 @@ def test_geometry_is_consistent(model: catalogue.GpuModel) -> None:
     for profile in model.profiles:
         for placement in profile.placements:
             assert placement.size == profile.memory_slices
-            assert 0 <= placement.start and placement.end <= model.memory_slices
+            assert placement.start >= 0
+            assert placement.end <= model.memory_slices
         assert profile.compute_slices <= model.compute_slices
         assert profile.memory_mib < model.total_memory_mib
         assert profile.max_count <= len(profile.placements)

@@ -1,4 +1,4 @@
-"""The layout model: which sets of placed slices a card can hold, and how to get from one to another."""
+"""The layout model: which sets of placed slices a card holds, and how to go from one to another."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class TestValidation:
         assert "overlaps 3g.20gb@4" in str(error.value)
 
     def test_counts_are_limited_per_profile(self) -> None:
-        with pytest.raises(InvalidLayoutError, match="at most 1 x 1g.5gb\\+me"):
+        with pytest.raises(InvalidLayoutError, match=r"at most 1 x 1g\.5gb\+me"):
             check_layout(A100, [S("1g.5gb+me@0"), S("1g.5gb+me@1")])
 
     def test_only_one_media_extension_profile_fits_on_a_card(self) -> None:
@@ -71,9 +71,11 @@ class TestValidation:
 
     def test_conflict_kinds_separate_bad_placements_from_a_full_card(self) -> None:
         placement = conflict_with(A100, [], S("1g.5gb@7"))
-        assert placement is not None and placement.kind == "placement"
+        assert placement is not None
+        assert placement.kind == "placement"
         full = conflict_with(A100, [S("7g.40gb@0")], S("1g.5gb@0"))
-        assert full is not None and full.kind == "resources"
+        assert full is not None
+        assert full.kind == "resources"
 
 
 class TestEnumeration:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 
+import pynvml
 import pytest
 
 from tessera.core import catalogue, layout
@@ -30,7 +31,7 @@ def _real_backend() -> PynvmlBackend | None:
 @pytest.fixture(params=["sim", pytest.param("real", marks=pytest.mark.gpu)])
 def backend(request: pytest.FixtureRequest, sim_node: SimNode) -> Iterator[GpuBackend]:
     if request.param == "sim":
-        store, simulated = sim_node("A100-SXM4-40GB", "H100-80GB")
+        _, simulated = sim_node("A100-SXM4-40GB", "H100-80GB")
         simulated.create_slice(0, "3g.20gb", 4)
         simulated.create_slice(0, "1g.5gb", 0)
         yield simulated
@@ -82,8 +83,6 @@ def test_processes_can_be_listed_for_every_device(backend: GpuBackend) -> None:
 
 
 def test_nvml_profile_info_matches_the_catalogue(backend: GpuBackend) -> None:
-    import pynvml
-
     checked = 0
     for gpu in backend.gpus():
         if gpu.model is None:

@@ -1,4 +1,4 @@
-"""Node-state files: bad input is refused with the file, the field and the fix, and never rewritten."""
+"""Node-state files: bad input is refused naming the file, field and fix; never rewritten."""
 
 from __future__ import annotations
 
