@@ -68,14 +68,17 @@ class DevicePluginStub(Protocol):
 class PodResourcesStub(Protocol):
     def List(
         self, request: pr.ListPodResourcesRequest, *, timeout: float | None = None,
+        wait_for_ready: bool | None = None,
     ) -> pr.ListPodResourcesResponse: ...
 
     def GetAllocatableResources(
         self, request: pr.AllocatableResourcesRequest, *, timeout: float | None = None,
+        wait_for_ready: bool | None = None,
     ) -> pr.AllocatableResourcesResponse: ...
 
     def Get(
         self, request: pr.GetPodResourcesRequest, *, timeout: float | None = None,
+        wait_for_ready: bool | None = None,
     ) -> pr.GetPodResourcesResponse: ...
 
 

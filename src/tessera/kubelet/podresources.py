@@ -3,7 +3,8 @@
 Allocate carries no pod identity, so this is how the agent learns that a MIG device or MPS
 share is in use (and must not be destroyed) and by whom. Answers are plain frozen dataclasses,
 so callers never handle protobuf. The kubelet re-creates its socket on restart; the channel
-reconnects by itself, which is why the socket path (in a mounted *directory*) is what we keep.
+reconnects by itself, which is why the socket path (in a mounted *directory*) is what we keep,
+and calls wait (up to the timeout) for the socket to come back rather than failing at once.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ class PodResourcesClient:
     def list(self) -> tuple[PodResources, ...]:
         """Every pod the kubelet has admitted, with the devices of each container."""
         try:
-            response = self._stub.List(pr.ListPodResourcesRequest(), timeout=self._timeout)
+            response = self._stub.List(pr.ListPodResourcesRequest(), timeout=self._timeout,
+                                     wait_for_ready=True)
         except grpc.RpcError as error:
             raise PodResourcesError(self._socket, f"List: {_describe(error)}") from error
         return tuple(_pod(p) for p in response.pod_resources)
@@ -73,7 +75,8 @@ class PodResourcesClient:
         """One pod (kubelet 1.27+ with the KubeletPodResourcesGet gate, default on from 1.34)."""
         request = pr.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace)
         try:
-            response = self._stub.Get(request, timeout=self._timeout)
+            response = self._stub.Get(request, timeout=self._timeout,
+                                     wait_for_ready=True)
         except grpc.RpcError as error:
             raise PodResourcesError(self._socket, f"Get {namespace}/{name}: "
                                     f"{_describe(error)}") from error
@@ -83,7 +86,8 @@ class PodResourcesClient:
         """Healthy devices the kubelet knows, one entry per device (and NUMA node)."""
         try:
             response = self._stub.GetAllocatableResources(pr.AllocatableResourcesRequest(),
-                                                          timeout=self._timeout)
+                                                          timeout=self._timeout,
+                                     wait_for_ready=True)
         except grpc.RpcError as error:
             raise PodResourcesError(self._socket,
                                     f"GetAllocatableResources: {_describe(error)}") from error

@@ -188,8 +188,8 @@ class KubeletStandIn:
         self._registrations: list[Registration] = []
         self._pods: dict[str, Pod] = {}
         self._allocations: dict[tuple[str, str, str], _Allocation] = {}
-        self._pending: dict[tuple[str, str, str], tuple[str, ...]] = {}
-        """Devices picked for a container whose Allocate is still in flight (reserved)."""
+        self._admission = threading.Lock()
+        """The kubelet admits pods one at a time (its sync loop); so does the stand-in."""
         self._server: grpc.Server | None = None
         self._pr_server: grpc.Server | None = None
         self.starts = 0
@@ -328,6 +328,10 @@ class KubeletStandIn:
         message (for a plugin error: ``Allocate failed due to rpc error: code = ... desc =
         ...``).
         """
+        with self._admission:
+            return self._admit(pod)
+
+    def _admit(self, pod: Pod) -> dict[str, dict[str, tuple[str, ...]]]:
         reusable: dict[str, set[str]] = {}
         result: dict[str, dict[str, tuple[str, ...]]] = {}
         with self._cond:
@@ -412,30 +416,23 @@ class KubeletStandIn:
                 continue
             with self._cond:
                 endpoint = self._endpoints.get(resource)
+            if endpoint is None:
+                raise AdmissionError(f"unknown Device Plugin {resource}")
+            if endpoint.stopped_at is not None:
+                raise AdmissionError(f"Allocate failed due to endpoint {endpoint.socket_path}"
+                                     " has been stopped, which is unexpected")
             try:
-                if endpoint is None:
-                    raise AdmissionError(f"unknown Device Plugin {resource}")
-                if endpoint.stopped_at is not None:
-                    raise AdmissionError(f"Allocate failed due to endpoint {endpoint.socket_path}"
-                                         " has been stopped, which is unexpected")
-                try:
-                    response = endpoint.stub.Allocate(
-                        dp.AllocateRequest(container_requests=[
-                            dp.ContainerAllocateRequest(devices_ids=list(ids))]),
-                        timeout=self.rpc_timeout)
-                except grpc.RpcError as error:
-                    raise AdmissionError(f"Allocate failed due to {_go_rpc_error(error)}, "
-                                         "which is unexpected") from error
-                if not response.container_responses:
-                    raise AdmissionError("Allocate failed due to no containers return in "
-                                         "allocation response, which is unexpected")
-            except AdmissionError:
-                with self._cond:
-                    self._pending.pop((pod.uid, container.name, resource), None)
-                    self._cond.notify_all()
-                raise
+                response = endpoint.stub.Allocate(
+                    dp.AllocateRequest(container_requests=[
+                        dp.ContainerAllocateRequest(devices_ids=list(ids))]),
+                    timeout=self.rpc_timeout)
+            except grpc.RpcError as error:
+                raise AdmissionError(f"Allocate failed due to {_go_rpc_error(error)}, "
+                                     "which is unexpected") from error
+            if not response.container_responses:
+                raise AdmissionError("Allocate failed due to no containers return in "
+                                     "allocation response, which is unexpected")
             with self._cond:
-                self._pending.pop((pod.uid, container.name, resource), None)
                 self._allocations[(pod.uid, container.name, resource)] = _Allocation(
                     tuple(ids), response.container_responses[0])
                 self._cond.notify_all()
@@ -472,18 +469,13 @@ class KubeletStandIn:
                 allocated.append(device)
                 needed -= 1
             if needed == 0:
-                self._pending[(pod.uid, container, resource)] = tuple(allocated)
                 return allocated
             in_use = {i for (_, _, r), a in self._allocations.items() if r == resource
                       for i in a.device_ids}
-            in_use |= {i for (_, _, r), ids in self._pending.items() if r == resource
-                       for i in ids}
             available = healthy - in_use
             if len(available) < needed:
                 raise AdmissionError(f"requested number of devices unavailable for {resource}. "
                                      f"Requested: {needed}, Available: {len(available)}")
-            # Reserve now (the kubelet inserts into allocatedDevices before calling plugins).
-            self._pending[(pod.uid, container, resource)] = tuple(allocated)
             endpoint = self._endpoints.get(resource)
         preferred: list[str] = []
         if (endpoint is not None and endpoint.stopped_at is None
@@ -495,8 +487,6 @@ class KubeletStandIn:
             try:
                 answer = endpoint.stub.GetPreferredAllocation(request, timeout=self.rpc_timeout)
             except grpc.RpcError as error:
-                with self._cond:
-                    self._pending.pop((pod.uid, container, resource), None)
                 raise AdmissionError("device plugin GetPreferredAllocation rpc failed with err: "
                                      f"{_go_rpc_error(error)}") from error
             if answer.container_responses:
@@ -507,8 +497,6 @@ class KubeletStandIn:
             if device not in allocated:
                 allocated.append(device)
                 needed -= 1
-        with self._cond:
-            self._pending[(pod.uid, container, resource)] = tuple(allocated)
         return allocated
 
     def _pre_start(self, resource: str, device_ids: Sequence[str]) -> None:
