@@ -299,14 +299,18 @@ class KubeletStandIn:
 
     def wait_until(self, predicate: Callable[[KubeletStandIn], bool], timeout: float = 10.0,
                    what: str = "condition") -> None:
-        """Block until ``predicate(self)`` holds (re-checked on every state change)."""
+        """Block until ``predicate(self)`` holds.
+
+        Re-checked on every state change, and at least every 50 ms because some state (the
+        stop grace period) changes with time alone.
+        """
         deadline = time.monotonic() + timeout
         with self._cond:
             while not predicate(self):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"kubelet stand-in: {what} not reached in {timeout} s")
-                self._cond.wait(left)
+                self._cond.wait(min(left, 0.05))
 
     def wait_for_registration(self, resource: str, *, count: int = 1,
                               timeout: float = 10.0) -> Registration:
