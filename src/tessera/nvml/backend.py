@@ -152,6 +152,11 @@ def _error(operation: str, exc: pynvml.NVMLError) -> BackendError:
     return BackendError(operation, str(exc), code=int(exc.value))
 
 
+def _address(handle: Any) -> int:
+    """Opaque NVML handles are pointers; the same device always has the same one."""
+    return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -162,6 +167,7 @@ class PynvmlBackend:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._event_set: Any = None
+        self._event_uuids: dict[int, str] = {}  # handle address -> UUID, named before any loss
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
@@ -371,8 +377,11 @@ class PynvmlBackend:
                 event_set = pynvml.nvmlEventSetCreate()
                 for index in range(pynvml.nvmlDeviceGetCount()):
                     try:
+                        handle = self._handle(index)
                         pynvml.nvmlDeviceRegisterEvents(
-                            self._handle(index), pynvml.nvmlEventTypeXidCriticalError, event_set)
+                            handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+                        self._event_uuids[_address(handle)] = _text(
+                            pynvml.nvmlDeviceGetUUID(handle))
                     except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_GpuIsLost):
                         continue
                 self._event_set = event_set
@@ -383,8 +392,10 @@ class PynvmlBackend:
             return None
         except pynvml.NVMLError as exc:
             raise _error("wait for Xid events", exc) from exc
-        with self._calls("describe Xid event"):
-            uuid = _text(pynvml.nvmlDeviceGetUUID(data.device))
+        uuid = self._event_uuids.get(_address(data.device))
+        if uuid is None:  # a card registered before this process knew it; it still answers
+            with self._calls("describe Xid event"):
+                uuid = _text(pynvml.nvmlDeviceGetUUID(data.device))
         return XidEvent(
             gpu_uuid=uuid,
             xid=int(data.eventData),

@@ -1,0 +1,51 @@
+"""``tessera catalogue``: the table a person reads and the JSON a script reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tessera.cli.main import main
+from tessera.core import catalogue
+
+
+def test_the_table_shows_placements_ids_and_resource_names(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["catalogue", "A100-SXM4-40GB"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("A100-SXM4-40GB (NVIDIA A100-SXM4-40GB, NVIDIA A100-PCIE-40GB)")
+    row = next(line for line in out.splitlines() if line.split()[:1] == ["1g.10gb"])
+    assert row.split() == ["1g.10gb", "15", "9", "1x2", "9856", "4", "14", "1/1/0/0/0",
+                           "{0,2,4,6}:2", "nvidia.com/mig-1g.10gb"]
+
+
+def test_unverified_rows_are_marked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["catalogue", "H200-141GB"]) == 0
+    out = capsys.readouterr().out
+    assert "1g.18gb*" in out
+    assert "not verified on a real card: memory_mib" in out
+
+
+def test_json_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["catalogue", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["version"] == 1
+    assert [m["name"] for m in document["models"]] == [m.name for m in catalogue.models()]
+    a30 = document["models"][0]
+    assert a30["pci_device_ids"] == ["0x20B710DE"]
+    me = next(p for p in a30["profiles"] if p["name"] == "1g.6gb+me")
+    assert me["resource_name"] == "nvidia.com/mig-1g.6gb.me"
+    assert me["profile_id"] == 21
+    assert me["nvml_constant"] == "NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1"
+    assert me["placements"][3] == {"start": 3, "size": 1, "gpu_instance_id": 6}
+    assert me["engines"] == {"copy": 1, "decoders": 1, "encoders": 0, "jpeg": 1, "ofa": 1}
+
+
+def test_an_unknown_model_is_a_usage_error_listing_the_models(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["catalogue", "V100"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tessera: error: model: unknown GPU model 'V100' (valid: A30-24GB")
