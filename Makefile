@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint typecheck layers proto-check pytest demo proto clean
+.PHONY: test lint typecheck layers proto-check crd-check pytest demo proto clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP) lint typecheck layers proto-check pytest
+test: $(STAMP) lint typecheck layers proto-check crd-check pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
@@ -28,6 +28,9 @@ layers: $(STAMP)
 
 proto-check: $(STAMP)
 	@if [ -f tools/gen_proto.py ]; then $(BIN)/python tools/gen_proto.py --check; fi
+
+crd-check: $(STAMP)
+	$(BIN)/python tools/gen_crds.py --check
 
 proto: $(STAMP)
 	$(BIN)/python tools/gen_proto.py

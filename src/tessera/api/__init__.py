@@ -1,0 +1,1 @@
+"""Tessera's Kubernetes API: the typed custom resources every component reads and writes."""

@@ -1,0 +1,262 @@
+"""The ``tessera.dev/v1alpha1`` custom resources as typed models: the one source of their schema.
+
+``tools/gen_crds.py`` turns these models into the CRD manifests under ``charts/tessera/crds/``
+(OpenAPI v3 schema, printer columns, status subresource, CEL rules), and CI fails if they differ,
+so the API server, the agent and the controller all validate against the same definition.
+
+- ``NodePartition`` (cluster-scoped, one per GPU node, named after it): ``spec`` says what each
+  GPU should be split into, written by the controller or an admin; ``status`` says what is
+  really on the cards, written only by that node's agent.
+- ``PartitionPolicy`` (cluster-scoped): which nodes it selects and how they are partitioned:
+  ``static`` layouts (mig-parted's form), ``dynamic`` (the controller decides within allowed
+  profiles), or ``mps``.
+
+Field names are camelCase on the wire (Kubernetes convention) and snake_case in Python.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "VERSION",
+    "Condition",
+    "ConditionType",
+    "GpuSpec",
+    "LabelSelector",
+    "LabelSelectorRequirement",
+    "MigModeStatus",
+    "MpsSpec",
+    "MpsStatus",
+    "NodePartition",
+    "NodePartitionSpec",
+    "NodePartitionStatus",
+    "ObjectMeta",
+    "ObservedGpu",
+    "ObservedSlice",
+    "PartitionPolicy",
+    "PartitionPolicySpec",
+    "PartitionPolicyStatus",
+    "SliceSpec",
+    "StaticDeviceConfig",
+]
+
+GROUP = "tessera.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+ConditionType = Literal["Applied", "Blocked", "Invalid", "ResetRequired", "Degraded", "Ready"]
+GpuMode = Literal["mig", "mps", "none"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The object as the API server takes it: camelCase, unset and default fields left out."""
+        wire = self.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True,
+                               mode="json")
+        if "kind" in type(self).model_fields:  # a top-level object always names its type
+            wire = {"apiVersion": API_VERSION, "kind": type(self).__name__, **wire}
+        return wire
+
+
+class _Tolerant(_Model):
+    """Objects read back from the API server may carry fields a newer Tessera added."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
+    )
+
+
+def _cel(*rules: tuple[str, str]) -> dict[str, Any]:
+    return {"x-kubernetes-validations": [{"rule": rule, "message": msg} for rule, msg in rules]}
+
+
+class SliceSpec(_Model):
+    """One MIG GPU instance, with its placement: a profile at a start in memory slices."""
+
+    profile: str = Field(
+        min_length=1, max_length=32, pattern=r"^[0-9]+g\.[0-9]+gb(\+[a-z.]+)?$",
+        description="MIG profile as `tessera catalogue` names it, e.g. 1g.10gb or 1g.10gb+me.")
+    start: int = Field(ge=0, le=7, description="First memory slice of the placement.")
+
+
+class MpsSpec(_Model):
+    """Equal MPS shares of one GPU: each share is one allocatable device."""
+
+    shares: int = Field(ge=1, le=48, description="Number of clients (48 is MPS's limit).")
+    thread_percentage: int | None = Field(
+        default=None, ge=1, le=100,
+        description="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE per share (default 100/shares).")
+    memory_mi_b: int | None = Field(
+        default=None, ge=1, alias="memoryMiB",
+        description="CUDA_MPS_PINNED_DEVICE_MEM_LIMIT per share in MiB (default memory/shares).")
+
+
+class GpuSpec(_Model):
+    """What one GPU should be: MIG slices, MPS shares, or left whole."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
+        json_schema_extra=_cel(
+            ("has(self.index) != has(self.uuid)", "set exactly one of index and uuid"),
+            ("self.mode == 'mig' || !has(self.slices) || size(self.slices) == 0",
+             "slices are only for mode mig"),
+            ("(self.mode == 'mps') == has(self.mps)", "mps is required for, and only for, "
+             "mode mps"),
+        ),
+    )
+
+    index: int | None = Field(default=None, ge=0, le=63, description="NVML index of the GPU.")
+    uuid: str | None = Field(default=None, pattern=r"^GPU-[0-9a-f-]{36}$",
+                             description="GPU UUID, instead of index.")
+    mode: GpuMode = Field(description="mig, mps, or none (the whole GPU as nvidia.com/gpu).")
+    slices: list[SliceSpec] = Field(default_factory=list, max_length=7,
+                                    description="Target MIG layout (mode mig).")
+    mps: MpsSpec | None = Field(default=None, description="MPS shares (mode mps).")
+
+
+class NodePartitionSpec(_Model):
+    gpus: list[GpuSpec] = Field(default_factory=list, max_length=64)
+    plan_id: str | None = Field(
+        default=None, max_length=63,
+        description="Set by the controller with each plan; the agent reports it once applied.")
+
+
+class MigModeStatus(_Tolerant):
+    current: bool
+    pending: bool
+
+
+class ObservedSlice(_Tolerant):
+    profile: str
+    start: int
+    gpu_instance_id: int
+    uuid: str | None = Field(default=None, description="MIG device UUID; unset while the GPU "
+                             "instance has no compute instance.")
+    allocated: bool = Field(default=False, description="The kubelet gave it to a container.")
+    pods: list[str] = Field(default_factory=list, description="namespace/name of its pods.")
+    processes: int = Field(default=0, description="CUDA processes NVML sees on it.")
+
+
+class MpsStatus(_Tolerant):
+    shares: int
+    thread_percentage: int
+    memory_mi_b: int = Field(alias="memoryMiB")
+    daemon: Literal["Running", "Starting", "Failed", "Stopped"]
+    pipe_directory: str
+
+
+class ObservedGpu(_Tolerant):
+    index: int
+    uuid: str
+    name: str
+    model: str | None = None
+    mig_mode: MigModeStatus | None = None
+    mode: GpuMode
+    slices: list[ObservedSlice] = Field(default_factory=list)
+    mps: MpsStatus | None = None
+    healthy: bool = True
+    last_xid: int | None = None
+
+
+class Condition(_Tolerant):
+    type: ConditionType
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=1024)
+    message: str = Field(max_length=32768)
+    last_transition_time: str
+    observed_generation: int | None = None
+
+
+class NodePartitionStatus(_Tolerant):
+    observed_generation: int | None = None
+    applied_plan_id: str | None = None
+    gpus: list[ObservedGpu] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class ObjectMeta(_Tolerant):
+    name: str
+    generation: int | None = None
+    resource_version: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class NodePartition(_Tolerant):
+    """How one GPU node's cards are partitioned: the wanted layout and what is really there."""
+
+    api_version: Literal["tessera.dev/v1alpha1"] = "tessera.dev/v1alpha1"
+    kind: Literal["NodePartition"] = "NodePartition"
+    metadata: ObjectMeta
+    spec: NodePartitionSpec = Field(default_factory=NodePartitionSpec)
+    status: NodePartitionStatus | None = None
+
+
+class LabelSelectorRequirement(_Model):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+
+class LabelSelector(_Model):
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+
+class StaticDeviceConfig(_Model):
+    """One entry of a mig-parted ``mig-configs`` list: which devices, and how many of each."""
+
+    devices: list[int] = Field(
+        default_factory=list, description="GPU indices; empty means all (mig-parted's 'all').")
+    device_filter: list[str] = Field(
+        default_factory=list, description="PCI ids (0xDEVVEND) this entry applies to.")
+    mig_enabled: bool = True
+    mig_devices: dict[str, int] = Field(
+        default_factory=dict, description="profile -> count; Tessera computes the placements.")
+
+
+class PartitionPolicySpec(_Model):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
+        json_schema_extra=_cel(
+            ("self.mode != 'static' || (has(self.static) && size(self.static) > 0)",
+             "mode static needs a static layout"),
+            ("self.mode != 'mps' || has(self.mps)", "mode mps needs mps"),
+        ),
+    )
+
+    node_selector: LabelSelector = Field(default_factory=LabelSelector)
+    mode: Literal["static", "dynamic", "mps"]
+    allowed_profiles: list[str] = Field(
+        default_factory=list, description="Profiles the controller may create (dynamic); "
+        "empty means every profile of the card.")
+    static: list[StaticDeviceConfig] = Field(default_factory=list)
+    mps: MpsSpec | None = None
+    min_repartition_interval_seconds: int = Field(
+        default=0, ge=0, description="Minimum time between two repartitions of one GPU.")
+    priority: int = Field(default=0, description="When policies overlap, the highest wins.")
+
+
+class PartitionPolicyStatus(_Tolerant):
+    matched_nodes: list[str] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class PartitionPolicy(_Tolerant):
+    """How the nodes it selects are partitioned: static layouts, dynamic, or MPS."""
+
+    api_version: Literal["tessera.dev/v1alpha1"] = "tessera.dev/v1alpha1"
+    kind: Literal["PartitionPolicy"] = "PartitionPolicy"
+    metadata: ObjectMeta
+    spec: PartitionPolicySpec
+    status: PartitionPolicyStatus | None = None
