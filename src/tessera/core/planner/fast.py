@@ -1,0 +1,383 @@
+"""The default solver: greedy in planning order, with every per-GPU decision memoised.
+
+Why it is fast enough for 10,000 GPUs: a GPU's future depends only on its *state* (model, the
+slices held, the free slices, whether the plan has touched it, its policy), and a big cluster
+has few distinct states. So the best way to give a GPU one more unit of a resource is computed
+once per (state, resource) and reused, and GPUs are indexed in one heap per (node class,
+resource) ordered by that cost, so a one-unit pod (the common case) costs a few heap operations.
+Pods that need several units are evaluated per distinct *node* state (the tuple of its GPUs'
+states), again memoised; identical nodes are tried once.
+
+Costs are compared lexicographically, in the objective's order: slices destroyed, GPUs newly
+touched, whole (unsplit) GPUs split, slices created, then flexibility lost (how much placeable
+capacity the change takes away: filling a fragment beats cutting into a large free run).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from tessera.core.layout import Slice
+from tessera.core.planner.geometry import Geometry, bits, geometry_of
+from tessera.core.planner.model import MPS_SHARE_RESOURCE, WHOLE_GPU_RESOURCE
+from tessera.core.planner.problem import PodInfo, Problem, profile_for, resource_size
+from tessera.core.planner.result import GpuOutcome, Outcome, Unit
+
+__all__ = ["solve_fast"]
+
+Cost = tuple[int, int, int, int, int]
+_ZERO: Cost = (0, 0, 0, 0, 0)
+
+# A GPU state. MIG: ("mig", model, locked, free, touched, was_empty, frozen, allowed);
+# whole GPU: ("none", free); MPS: ("mps", shares_free).
+_Key = tuple[object, ...]
+
+
+@dataclass(frozen=True)
+class _Option:
+    """The cheapest way for a GPU in some state to give one more unit of a resource."""
+
+    cost: Cost
+    take: Slice | None
+    next: int
+    """The GPU's state id afterwards."""
+
+
+class _States:
+    """Interned GPU states with memoised offers; ids are small ints, cheap to hash and compare."""
+
+    def __init__(self) -> None:
+        self.keys: list[_Key] = []
+        self._ids: dict[_Key, int] = {}
+        self._offers: dict[tuple[int, str], _Option | None] = {}
+        self._capacity: dict[tuple[int, str], int] = {}
+
+    def intern(self, key: _Key) -> int:
+        found = self._ids.get(key)
+        if found is None:
+            found = self._ids[key] = len(self.keys)
+            self.keys.append(key)
+        return found
+
+    def capacity(self, sid: int, resource: str) -> int:
+        """Units of ``resource`` this GPU can still give, taking them greedily one by one."""
+        memo_key = (sid, resource)
+        found = self._capacity.get(memo_key)
+        if found is None:
+            option = self.offer(sid, resource)
+            found = 0 if option is None else 1 + self.capacity(option.next, resource)
+            self._capacity[memo_key] = found
+        return found
+
+    def offer(self, sid: int, resource: str) -> _Option | None:
+        memo_key = (sid, resource)
+        if memo_key in self._offers:
+            return self._offers[memo_key]
+        key = self.keys[sid]
+        option: _Option | None = None
+        if key[0] == "none":
+            if resource == WHOLE_GPU_RESOURCE and key[1]:
+                option = _Option(_ZERO, None, self.intern(("none", False)))
+        elif key[0] == "mps":
+            shares = key[1]
+            assert isinstance(shares, int)
+            if resource == MPS_SHARE_RESOURCE and shares > 0:
+                # Fewest free shares first: pack MPS GPUs, keep others whole for large requests.
+                option = _Option((0, 0, 0, 0, shares), None, self.intern(("mps", shares - 1)))
+        else:
+            option = self._mig_offer(key, resource)
+        self._offers[memo_key] = option
+        return option
+
+    def _mig_offer(self, key: _Key, resource: str) -> _Option | None:
+        _, model_name, locked, free, touched, was_empty, frozen, allowed = key
+        assert isinstance(model_name, str)
+        assert isinstance(locked, int)
+        assert isinstance(free, int)
+        geometry = geometry_of(model_name)
+        profile = profile_for(geometry.model, resource)
+        if profile is None:
+            return None
+        existing = free & geometry.profile_mask[profile]
+        if existing:
+            low = existing & -existing  # the lowest start: candidates are in start order
+            nxt = ("mig", model_name, locked | low, free & ~low, *key[4:])
+            return _Option(_ZERO, geometry.slices[low.bit_length() - 1], self.intern(nxt))
+        if frozen or (allowed is not None and profile not in allowed):  # type: ignore[operator]
+            return None
+        base = geometry.aggregate(locked)
+        before = geometry.flex[geometry.aggregate(locked | free).memory]
+        best: tuple[Cost, int, int, int] | None = None
+        for i in geometry.by_profile[profile]:
+            if not geometry.fits(base, i):
+                continue
+            bit = 1 << i
+            overlapping = free & geometry.overlap[i]
+            rest = free & ~overlapping
+            extra = self._fewest_to_destroy(geometry, locked | bit, rest)
+            kept = rest & ~extra
+            after = geometry.aggregate(locked | kept | bit)
+            cost: Cost = (
+                bin(free & ~kept).count("1"),
+                0 if touched else 1,
+                1 if was_empty and not touched else 0,
+                1,
+                before - geometry.flex[after.memory],
+            )
+            if best is None or (cost, i) < (best[0], best[1]):
+                best = (cost, i, bit, kept)
+        if best is None:
+            return None
+        cost, i, bit, kept = best
+        nxt = ("mig", model_name, locked | bit, kept, True, was_empty, frozen, allowed)
+        return _Option(cost, geometry.slices[i], self.intern(nxt))
+
+    @staticmethod
+    def _fewest_to_destroy(geometry: Geometry, base: int, rest: int) -> int:
+        """The smallest subset of the free ``rest`` whose removal makes ``base | rest`` valid."""
+        if geometry.valid(base | rest):
+            return 0
+        ordered = bits(rest)
+        for size in range(1, len(ordered) + 1):
+            for extra in itertools.combinations(ordered, size):
+                drop = sum(1 << i for i in extra)
+                if geometry.valid(base | (rest & ~drop)):
+                    return drop
+        return rest  # pragma: no cover - base alone is valid, so dropping all of rest works
+
+
+def _add(a: Cost, b: Cost) -> Cost:
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4])
+
+
+@cache
+def _unit_order(demand: tuple[tuple[str, int], ...]) -> tuple[str, ...]:
+    """Largest units first, so small ones fill what the large ones leave on the same node."""
+    ordered = sorted(demand, key=lambda d: (-resource_size(d[0]), d[0]))
+    return tuple(r for r, c in ordered for _ in range(c))
+
+
+_Evaluation = tuple[Cost, tuple[tuple[int, str, Slice | None], ...], tuple[int, ...]]
+
+
+_CANDIDATE_NODES = 4
+"""How many nodes a multi-unit pod compares (the best few GPUs' nodes for its largest unit)."""
+_HEAP_LOOKAHEAD = 256
+"""How many heap entries to look through for those nodes before scanning every node."""
+
+
+class _Search:
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        self.states = _States()
+        self.sid: list[int] = []
+        masks: dict[tuple[str, frozenset[Slice]], int] = {}
+        for info in problem.gpus:
+            gpu = info.gpu
+            if gpu.mode == "none":
+                key: _Key = ("none", not gpu.in_use)
+            elif gpu.mode == "mps":
+                key = ("mps", gpu.shares - gpu.shares_in_use)
+            else:
+                geometry = geometry_of(info.model.name)
+                name = info.model.name
+                locked = masks.get((name, info.in_use))
+                if locked is None:
+                    locked = masks[(name, info.in_use)] = geometry.to_mask(info.in_use)
+                everything = masks.get((name, info.current))
+                if everything is None:
+                    everything = masks[(name, info.current)] = geometry.to_mask(info.current)
+                key = ("mig", name, locked, everything & ~locked, False, not info.current,
+                       info.frozen_reason is not None, info.allowed)
+            self.sid.append(self.states.intern(key))
+        self.version = [0] * len(problem.gpus)
+        self.cpu = [n.free_cpu_milli for n in problem.nodes]
+        self.memory = [n.free_memory_mib for n in problem.nodes]
+        self.node_class = [0] * len(problem.nodes)
+        for class_id, members in enumerate(problem.classes):
+            for n in members:
+                self.node_class[n] = class_id
+        wanted = sorted({r for p in problem.pods for r, _ in p.demand})
+        self.offers_by_gpu = [tuple(r for r in wanted if info.offers(r)) for info in problem.gpus]
+        self.heaps: dict[tuple[int, str], list[tuple[Cost, int, int]]] = {}
+        for info in problem.gpus:
+            for resource in self.offers_by_gpu[info.gid]:
+                option = self.states.offer(self.sid[info.gid], resource)
+                if option is not None:
+                    heap = self.heaps.setdefault((self.node_class[info.node], resource), [])
+                    heap.append((option.cost, info.gid, 0))
+        for heap in self.heaps.values():
+            heapq.heapify(heap)
+        self.evaluations: dict[tuple[tuple[str, ...], tuple[int, ...]], _Evaluation | None] = {}
+        self.hopeless: set[tuple[object, ...]] = set()
+        """Multi-unit demands that fit nowhere; capacity only shrinks, so they never will."""
+
+    def fits(self, node: int, pod: PodInfo) -> bool:
+        cpu, memory = self.cpu[node], self.memory[node]
+        return (cpu is None or cpu >= pod.pod.cpu_milli) and (
+            memory is None or memory >= pod.pod.memory_mib
+        )
+
+    def set_state(self, gid: int, sid: int) -> None:
+        if self.sid[gid] == sid:
+            return
+        self.sid[gid] = sid
+        self.version[gid] += 1
+        class_id = self.node_class[self.problem.gpus[gid].node]
+        for resource in self.offers_by_gpu[gid]:
+            option = self.states.offer(sid, resource)
+            if option is not None:
+                heapq.heappush(self.heaps.setdefault((class_id, resource), []),
+                               (option.cost, gid, self.version[gid]))
+
+    def _best_entries(self, pod: PodInfo, resource: str, wanted: int
+                      ) -> list[tuple[Cost, int]]:
+        """Up to ``wanted`` live (cost, GPU) entries per class, cheapest first, for ``pod``."""
+        found: list[tuple[Cost, int]] = []
+        exhausted = True
+        for class_id in pod.classes:
+            heap = self.heaps.get((class_id, resource))
+            if not heap:
+                continue
+            popped = []
+            taken = 0
+            while heap:
+                entry = heapq.heappop(heap)
+                cost, gid, version = entry
+                if version != self.version[gid]:
+                    continue
+                popped.append(entry)
+                if self.fits(self.problem.gpus[gid].node, pod):
+                    found.append((cost, gid))
+                    taken += 1
+                    if taken >= wanted:
+                        break
+                if len(popped) >= _HEAP_LOOKAHEAD:
+                    exhausted = False
+                    break
+            for entry in popped:
+                heapq.heappush(heap, entry)
+        self.exhausted = exhausted
+        return sorted(found)
+
+    def place_single(self, pod: PodInfo) -> tuple[int, list[Unit]] | None:
+        resource = pod.demand[0][0]
+        found = self._best_entries(pod, resource, 1)
+        if not found:
+            return None
+        gid = found[0][1]
+        option = self.states.offer(self.sid[gid], resource)
+        assert option is not None
+        self.set_state(gid, option.next)
+        return self.problem.gpus[gid].node, [(gid, resource, option.take)]
+
+    def evaluate(self, units: tuple[str, ...], sig: tuple[int, ...]) -> _Evaluation | None:
+        memo_key = (units, sig)
+        if memo_key in self.evaluations:
+            return self.evaluations[memo_key]
+        result: _Evaluation | None = None
+        need: dict[str, int] = {}
+        for resource in units:
+            need[resource] = need.get(resource, 0) + 1
+        if all(sum(self.states.capacity(s, r) for s in sig) >= n for r, n in need.items()):
+            states = list(sig)
+            total = _ZERO
+            taken: list[tuple[int, str, Slice | None]] = []
+            for resource in units:
+                best: tuple[Cost, int, _Option] | None = None
+                for position, sid in enumerate(states):
+                    option = self.states.offer(sid, resource)
+                    if option is not None and (best is None or (option.cost, position) < best[:2]):
+                        best = (option.cost, position, option)
+                if best is None:
+                    break
+                cost, position, option = best
+                total = _add(total, cost)
+                states[position] = option.next
+                taken.append((position, resource, option.take))
+            else:
+                result = (total, tuple(taken), tuple(states))
+        self.evaluations[memo_key] = result
+        return result
+
+    def place_multi(self, pod: PodInfo) -> tuple[int, list[Unit]] | None:
+        """Compare the nodes of the best few GPUs for the largest unit; scan all if none fits."""
+        units = _unit_order(pod.demand)
+        hopeless_key = (units, pod.classes, pod.pod.cpu_milli, pod.pod.memory_mib)
+        if hopeless_key in self.hopeless:
+            return None
+        entries = self._best_entries(pod, units[0], 8 * _CANDIDATE_NODES)
+        nodes: list[int] = []
+        for _, gid in entries:
+            node = self.problem.gpus[gid].node
+            if node not in nodes:
+                nodes.append(node)
+        best = self._best_node(units, nodes, _CANDIDATE_NODES)
+        if best is None and not self.exhausted:
+            best = self._best_node(units, [n for c in pod.classes for n in self.problem.classes[c]
+                                           if self.fits(n, pod)], None)
+        if best is None:
+            self.hopeless.add(hopeless_key)
+            return None
+        node, (_, taken, states) = best
+        gids = self.problem.node_gpus[node]
+        for position, sid in enumerate(states):
+            self.set_state(gids[position], sid)
+        return node, [(gids[position], resource, item) for position, resource, item in taken]
+
+    def _best_node(self, units: tuple[str, ...], nodes: Sequence[int], enough: int | None
+                   ) -> tuple[int, _Evaluation] | None:
+        best: tuple[Cost, int, _Evaluation] | None = None
+        feasible = 0
+        for node in nodes:
+            sig = tuple(self.sid[g] for g in self.problem.node_gpus[node])
+            evaluation = self.evaluate(units, sig)
+            if evaluation is None:
+                continue
+            feasible += 1
+            if best is None or (evaluation[0], node) < best[:2]:
+                best = (evaluation[0], node, evaluation)
+            if enough is not None and feasible >= enough:
+                break
+        return None if best is None else (best[1], best[2])
+
+    def run(self) -> Outcome:
+        assignments: dict[int, tuple[int, Sequence[Unit]]] = {}
+        for position, pod in enumerate(self.problem.pods):
+            if not pod.demand or not pod.eligible:
+                continue
+            placed = self.place_single(pod) if pod.units == 1 else self.place_multi(pod)
+            if placed is None:
+                continue
+            node, units = placed
+            assignments[position] = (node, units)
+            cpu, memory = self.cpu[node], self.memory[node]
+            if cpu is not None:
+                self.cpu[node] = cpu - pod.pod.cpu_milli
+            if memory is not None:
+                self.memory[node] = memory - pod.pod.memory_mib
+        return Outcome(gpus=[self._outcome(sid) for sid in self.sid], assignments=assignments)
+
+    def _outcome(self, sid: int) -> GpuOutcome:
+        key = self.states.keys[sid]
+        if key[0] == "none":
+            return GpuOutcome(frozenset(), frozenset(), bool(key[1]), 0)
+        if key[0] == "mps":
+            shares = key[1]
+            assert isinstance(shares, int)
+            return GpuOutcome(frozenset(), frozenset(), False, shares)
+        model_name, locked, free = key[1], key[2], key[3]
+        assert isinstance(model_name, str)
+        assert isinstance(locked, int)
+        assert isinstance(free, int)
+        geometry = geometry_of(model_name)
+        return GpuOutcome(geometry.to_slices(locked | free), geometry.to_slices(locked), False, 0)
+
+
+def solve_fast(problem: Problem) -> Outcome:
+    """Place pods one by one in the problem's order, each where it costs least."""
+    return _Search(problem).run()
