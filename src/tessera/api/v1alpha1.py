@@ -27,6 +27,7 @@ __all__ = [
     "VERSION",
     "Condition",
     "ConditionType",
+    "GpuMode",
     "GpuSpec",
     "LabelSelector",
     "LabelSelectorRequirement",

@@ -59,6 +59,8 @@ class GpuInfo:
     mig_current: bool | None
     """None when the card cannot do MIG at all."""
     mig_pending: bool | None
+    lost: bool = False
+    """Fallen off the bus: NVML cannot reach it; every other field is a placeholder."""
 
     @property
     def mig_change_pending(self) -> bool:
@@ -203,7 +205,13 @@ class PynvmlBackend:
         with self._calls("list GPUs"):
             found = []
             for index in range(pynvml.nvmlDeviceGetCount()):
-                handle = self._handle(index)
+                try:
+                    handle = self._handle(index)
+                except pynvml.NVMLError_GpuIsLost:
+                    found.append(GpuInfo(index=index, uuid="", name="(lost)", pci_bus_id="",
+                                         pci_device_id=0, memory_total_mib=0, model=None,
+                                         mig_current=None, mig_pending=None, lost=True))
+                    continue
                 pci = pynvml.nvmlDeviceGetPciInfo(handle)
                 memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
                 current: bool | None

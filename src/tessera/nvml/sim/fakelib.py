@@ -20,13 +20,21 @@ instead of failing; MIG devices get ``MIG-<uuid>`` UUIDs; Xid events come throug
 from __future__ import annotations
 
 import ctypes
+import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tessera.core import catalogue, layout
-from tessera.nvml.sim.state import NodeState, SimComputeInstance, SimGpu, SimGpuInstance
+from tessera.nvml.sim.state import (
+    NodeState,
+    SimComputeInstance,
+    SimFault,
+    SimGpu,
+    SimGpuInstance,
+)
 from tessera.nvml.sim.store import StateStore
 
 __all__ = ["FakeNvmlLib", "codes"]
@@ -159,32 +167,37 @@ class FakeNvmlLib:
                 self._initialized <= 0
             ):
                 return codes.UNINITIALIZED
-            injected = self._injected_fault(name)
-            if injected is not None:
-                return injected
+            fault = self._injected_fault(name)
+            if fault is not None and fault.action == "fail":
+                return fault.code
+            if fault is not None and fault.action == "kill-before":
+                os.kill(os.getpid(), signal.SIGKILL)
             try:
-                return function(*args)
+                result = function(*args)
             except _FailError as failure:
-                return failure.code
+                result = failure.code
+            if fault is not None and fault.action == "kill-after":
+                os.kill(os.getpid(), signal.SIGKILL)
+            return result
 
         call.__name__ = name
         return call
 
-    def _injected_fault(self, name: str) -> int | None:
+    def _injected_fault(self, name: str) -> SimFault | None:
         state = self.store.read()
-        if not any(fault.function == name for fault in state.faults):
+        if not any(fault.matches(name) for fault in state.faults):
             return None
         with self.store.mutate() as working:
             for fault in working.faults:
-                if fault.function != name:
+                if not fault.matches(name):
                     continue
                 if fault.after > 0:
                     fault.after -= 1
                     return None
                 fault.times -= 1
-                code = fault.code
+                fired = fault.model_copy()
                 working.faults = [f for f in working.faults if f.times > 0]
-                return code
+                return fired
         return None
 
     def _gpu(self, state: NodeState, key: _Key) -> SimGpu:

@@ -144,13 +144,36 @@ class SimEvent(_Strict):
     ci: int | None = None
 
 
-class SimFault(_Strict):
-    """Make an NVML function fail: skip ``after`` calls, then fail ``times`` calls with ``code``."""
+MUTATING_FUNCTIONS = frozenset({
+    "nvmlDeviceSetMigMode",
+    "nvmlDeviceCreateGpuInstance",
+    "nvmlDeviceCreateGpuInstanceWithPlacement",
+    "nvmlGpuInstanceCreateComputeInstance",
+    "nvmlGpuInstanceCreateComputeInstanceWithPlacement",
+    "nvmlComputeInstanceDestroy",
+    "nvmlGpuInstanceDestroy",
+})
+"""The calls that change a card; ``function: mutating`` in a fault matches any of them."""
 
-    function: str
-    code: int = Field(ge=1)
+
+class SimFault(_Strict):
+    """Make NVML calls misbehave: skip ``after`` matching calls, then act on ``times`` of them.
+
+    ``action`` ``fail`` returns ``code`` instead of running the call; ``kill-before`` and
+    ``kill-after`` SIGKILL the calling process just before the call takes effect or just after
+    (before it returns), which is how crash tests stop an agent between two steps.
+    """
+
+    function: str = Field(description="an NVML symbol, or 'mutating' for any call that "
+                          "changes a card")
+    code: int = Field(default=999, ge=1)
     after: int = Field(default=0, ge=0)
     times: int = Field(default=1, ge=1)
+    action: Literal["fail", "kill-before", "kill-after"] = "fail"
+
+    def matches(self, name: str) -> bool:
+        return self.function == name or (
+            self.function == "mutating" and name in MUTATING_FUNCTIONS)
 
 
 class NodeState(_Strict):

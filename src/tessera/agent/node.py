@@ -1,0 +1,134 @@
+"""The node's live parts: NVML backend, device plugins, PodResources, health, in one object.
+
+Both processes that serve a node use it: ``tessera device-plugin`` (advertise what is on the
+cards) and ``tessera agent`` (also reconcile the NodePartition spec). :meth:`NodeRuntime.refresh`
+is the one place an observation is taken and published to the plugins, so what the kubelet is
+offered is always what was last observed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Mapping
+
+from tessera.agent.advertising import Advertiser, MpsAdvert
+from tessera.agent.health import HealthTracker, XidWatcher
+from tessera.agent.observation import NodeObservation, observe
+from tessera.kubelet.errors import PodResourcesError
+from tessera.kubelet.health import XidFilter
+from tessera.kubelet.inventory import Inventory
+from tessera.kubelet.plugins import PluginManager, PluginSettings
+from tessera.kubelet.podresources import PodResourcesClient
+from tessera.nvml.backend import GpuBackend
+
+__all__ = ["NodeRuntime", "RuntimeSettings"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeSettings:
+    plugins: PluginSettings = dataclasses.field(default_factory=PluginSettings)
+    pod_resources_socket: str | None = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    """None: a node without a kubelet, where only NVML's processes say what is in use. A socket
+    that is set but cannot be read makes every slice count as possibly in use."""
+    pod_resources_timeout_s: float = 2.0
+    xid_filter: XidFilter = dataclasses.field(default_factory=XidFilter)
+    xid_recovery_s: float = 0.0
+    xid_poll_s: float = 0.5
+
+
+class NodeRuntime:
+    def __init__(self, backend: GpuBackend, settings: RuntimeSettings | None = None) -> None:
+        self.backend = backend
+        self.settings = settings or RuntimeSettings()
+        self.inventory = Inventory()
+        self.advertiser = Advertiser(self.inventory, self.settings.xid_filter)
+        self.health = HealthTracker(self.advertiser, self.settings.xid_recovery_s)
+        self.plugins = PluginManager(self.inventory, self.settings.plugins)
+        self._pod_resources: PodResourcesClient | None = None
+        if self.settings.pod_resources_socket:
+            self._pod_resources = PodResourcesClient(
+                self.settings.pod_resources_socket,
+                timeout=self.settings.pod_resources_timeout_s)
+        self._lock = threading.RLock()
+        self._latest: NodeObservation | None = None
+        self.mps_adverts: dict[str, MpsAdvert] = {}
+        self._xid = XidWatcher(backend, self.health, lambda: self._latest,
+                               self.settings.xid_poll_s)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.refresh()
+        self.plugins.start()
+        self._xid.start()
+
+    def stop(self) -> None:
+        self._xid.stop()
+        self.plugins.stop()
+        if self._pod_resources is not None:
+            self._pod_resources.close()
+
+    # -- observing --------------------------------------------------------------------------
+
+    def allocations(self) -> dict[str, tuple[str, ...]] | None:
+        """Device id -> pods holding it, from the kubelet; None if it cannot be asked."""
+        if self._pod_resources is None:
+            return {}
+        try:
+            pods = self._pod_resources.list()
+        except PodResourcesError as exc:
+            log.warning("cannot read the kubelet's allocations: %s", exc)
+            return None
+        owners: dict[str, set[str]] = {}
+        for pod in pods:
+            for container in pod.containers:
+                for devices in container.devices:
+                    for device_id in devices.device_ids:
+                        owners.setdefault(device_id, set()).add(f"{pod.namespace}/{pod.name}")
+        return {device: tuple(sorted(names)) for device, names in owners.items()}
+
+    def refresh(self, mps: Mapping[str, MpsAdvert] | None = None) -> NodeObservation:
+        """Observe the cards, apply health, and publish the result to the device plugins."""
+        with self._lock:
+            if mps is not None:
+                self.mps_adverts = dict(mps)
+            raw = observe(self.backend, self.allocations())
+            self.health.observe(raw)
+            gpus = []
+            for gpu in raw.gpus:
+                if gpu.info.lost:
+                    gpus.append(gpu)
+                    continue
+                mig_uuids = tuple(i.mig_uuid for i in gpu.instances if i.mig_uuid)
+                healthy, last_xid = self.health.gpu_health(gpu.info.uuid, mig_uuids)
+                gpus.append(dataclasses.replace(gpu, healthy=healthy, last_xid=last_xid))
+            observation = NodeObservation(gpus=tuple(gpus))
+            self.advertiser.publish(observation, self.mps_adverts)
+            self._latest = observation
+            return observation
+
+    @property
+    def latest(self) -> NodeObservation | None:
+        return self._latest
+
+    # -- the SliceGuard the executor uses before destroying -----------------------------------
+
+    def withdraw(self, uuid: str) -> None:
+        self.advertiser.withhold(uuid)
+        if self._latest is not None:
+            self.advertiser.publish(self._latest, self.mps_adverts)
+
+    def restore(self, uuid: str) -> None:
+        self.advertiser.release(uuid)
+
+    def holders(self, uuid: str) -> tuple[str, ...] | None:
+        allocations = self.allocations()
+        if allocations is None:
+            return None
+        return tuple(sorted({pod for device, pods in allocations.items()
+                             if device == uuid or device.startswith(uuid + "::")
+                             for pod in pods}))

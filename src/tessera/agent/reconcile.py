@@ -1,0 +1,300 @@
+"""Plan the next steps from a NodePartition spec and an observation: pure, so every rule is tested.
+
+The rules that never bend live here:
+
+- a slice the kubelet allocated or that has processes is never destroyed; a spec that needs its
+  space gets ``Blocked`` naming the pod, and the rest of that GPU's spec is still applied where
+  it fits around the slice;
+- MIG mode is switched only on an idle GPU; a change the driver leaves pending is reported;
+- bad input (an unknown GPU, profile or placement, an MPS share over the card's memory) is
+  ``Invalid`` with the field path, and no step is planned for that GPU;
+- GPUs the spec does not mention are left as they are.
+
+The plan covers one *phase*: after a MIG mode switch the card must be observed again before its
+slices are planned, so the agent loops observe -> plan -> apply until nothing is left to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tessera.agent.observation import GpuObservation, NodeObservation, ObservedInstance
+from tessera.api.v1alpha1 import GpuSpec, NodePartitionSpec
+from tessera.core import catalogue, layout
+from tessera.core.errors import InvalidInputError
+from tessera.core.layout import Slice
+
+__all__ = [
+    "CompleteSlice",
+    "CreateSlice",
+    "DestroySlice",
+    "GpuPlan",
+    "NodePlan",
+    "SetMigMode",
+    "StartMps",
+    "Step",
+    "StopMps",
+    "plan_node",
+]
+
+
+@dataclass(frozen=True)
+class SetMigMode:
+    gpu: int
+    enabled: bool
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu}: {'enable' if self.enabled else 'disable'} MIG mode"
+
+
+@dataclass(frozen=True)
+class CreateSlice:
+    gpu: int
+    slice: Slice
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu}: create {self.slice}"
+
+
+@dataclass(frozen=True)
+class CompleteSlice:
+    """Add the missing compute instance of a GPU instance whose creation was cut short."""
+
+    gpu: int
+    gi_id: int
+    slice: Slice
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu}: complete {self.slice} (GI {self.gi_id})"
+
+
+@dataclass(frozen=True)
+class DestroySlice:
+    gpu: int
+    gi_id: int
+    slice: Slice
+    mig_uuid: str | None
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu}: destroy {self.slice} (GI {self.gi_id})"
+
+
+@dataclass(frozen=True)
+class StartMps:
+    gpu: int
+    uuid: str
+    shares: int
+    thread_percentage: int
+    memory_mib: int
+
+    def __str__(self) -> str:
+        return (f"GPU {self.gpu}: run MPS with {self.shares} shares of {self.thread_percentage}% "
+                f"and {self.memory_mib} MiB")
+
+
+@dataclass(frozen=True)
+class StopMps:
+    gpu: int
+    uuid: str
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu}: stop MPS"
+
+
+Step = SetMigMode | CreateSlice | CompleteSlice | DestroySlice | StartMps | StopMps
+
+
+@dataclass(frozen=True)
+class MpsTarget:
+    shares: int
+    thread_percentage: int
+    memory_mib: int
+
+
+@dataclass
+class GpuPlan:
+    """The steps for one GPU, and why it cannot (yet) look like its spec."""
+
+    spec_index: int
+    gpu: int | None
+    steps: list[Step] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    mps: MpsTarget | None = None
+
+    @property
+    def settled(self) -> bool:
+        return not self.steps and not self.invalid and not self.blocked and not self.pending
+
+
+@dataclass
+class NodePlan:
+    gpus: list[GpuPlan] = field(default_factory=list)
+
+    @property
+    def steps(self) -> list[Step]:
+        return [step for gpu in self.gpus for step in gpu.steps]
+
+    @property
+    def settled(self) -> bool:
+        return all(gpu.settled for gpu in self.gpus)
+
+
+def _resolve(spec: GpuSpec, where: str, observed: NodeObservation) -> GpuObservation:
+    if spec.index is not None:
+        found = observed.gpu(spec.index)
+        if found is None:
+            raise InvalidInputError(
+                f"{where}.index", f"this node has no GPU {spec.index}",
+                [str(g.index) for g in observed.gpus])
+        return found
+    assert spec.uuid is not None
+    found = observed.by_uuid(spec.uuid)
+    if found is None:
+        raise InvalidInputError(f"{where}.uuid", f"this node has no GPU {spec.uuid}",
+                                [g.info.uuid for g in observed.gpus])
+    return found
+
+
+def _mps_target(spec: GpuSpec, where: str, gpu: GpuObservation) -> MpsTarget:
+    assert spec.mps is not None
+    shares = spec.mps.shares
+    threads = spec.mps.thread_percentage or max(1, 100 // shares)
+    memory = spec.mps.memory_mi_b or gpu.info.memory_total_mib // shares
+    if memory * shares > gpu.info.memory_total_mib:
+        raise InvalidInputError(
+            f"{where}.mps.memoryMiB",
+            f"{shares} shares x {memory} MiB exceed GPU {gpu.index}'s "
+            f"{gpu.info.memory_total_mib} MiB; lower memoryMiB or shares")
+    return MpsTarget(shares, threads, memory)
+
+
+def _plan_mig(plan: GpuPlan, gpu: GpuObservation, model: catalogue.GpuModel,
+              target: list[Slice]) -> None:
+    if not gpu.info.mig_current:
+        if gpu.busy:
+            plan.blocked.append(
+                f"GPU {gpu.index} must be idle to enable MIG mode, but is used by "
+                f"{gpu.users()}")
+        else:
+            plan.steps.append(SetMigMode(gpu.index, True))
+        return
+    instances = list(gpu.instances)
+    kept: list[Slice] = []
+    in_use: list[ObservedInstance] = [i for i in instances if i.in_use]
+    for instance in in_use:
+        kept.append(instance.slice)
+        if instance.slice not in target:
+            plan.blocked.append(
+                f"{instance.slice} ({instance.mig_uuid}) on GPU {gpu.index} is in use by "
+                f"{instance.users()}; it stays until they finish")
+    achievable = list(kept)
+    for wanted in target:
+        if wanted in achievable:
+            continue
+        conflict = layout.conflict_with(model, achievable, wanted)
+        if conflict is None:
+            achievable.append(wanted)
+            continue
+        holders = [i for i in in_use if i.slice not in target]
+        plan.blocked.append(
+            f"{wanted} on GPU {gpu.index} waits: {conflict.message}"
+            + (f" (held by {'; '.join(i.users() for i in holders)})" if holders else ""))
+    current = [i.slice for i in instances]
+    diff = layout.diff_layouts(model, current, achievable)
+    by_slice = {i.slice: i for i in instances}
+    for item in diff.destroy:
+        instance = by_slice[item]
+        plan.steps.append(DestroySlice(gpu.index, instance.gi_id, item, instance.mig_uuid))
+    for item in diff.keep:
+        instance = by_slice[item]
+        if not instance.complete:
+            plan.steps.append(CompleteSlice(gpu.index, instance.gi_id, item))
+    for item in diff.create:
+        plan.steps.append(CreateSlice(gpu.index, item))
+
+
+def _plan_whole(plan: GpuPlan, gpu: GpuObservation) -> bool:
+    """Take the GPU out of MIG mode; True once it is whole."""
+    if gpu.info.mig_current is None or not gpu.info.mig_current:
+        return True
+    in_use = [i for i in gpu.instances if i.in_use]
+    for instance in in_use:
+        plan.blocked.append(
+            f"{instance.slice} ({instance.mig_uuid}) on GPU {gpu.index} is in use by "
+            f"{instance.users()}; MIG mode stays on until they finish")
+    for instance in gpu.instances:
+        if not instance.in_use:
+            plan.steps.append(DestroySlice(gpu.index, instance.gi_id, instance.slice,
+                                           instance.mig_uuid))
+    if not in_use and not plan.steps:
+        plan.steps.append(SetMigMode(gpu.index, False))
+    return False
+
+
+def plan_gpu(spec_index: int, spec: GpuSpec, observed: NodeObservation,
+             mps_running: frozenset[str] = frozenset()) -> GpuPlan:
+    where = f"spec.gpus[{spec_index}]"
+    plan = GpuPlan(spec_index=spec_index, gpu=spec.index)
+    try:
+        gpu = _resolve(spec, where, observed)
+    except InvalidInputError as exc:
+        plan.invalid.append(str(exc))
+        return plan
+    plan.gpu = gpu.index
+    if gpu.info.lost:
+        plan.blocked.append(f"GPU {gpu.index} has fallen off the bus; nothing can be applied")
+        return plan
+    model: catalogue.GpuModel | None = None
+    target: list[Slice] = []
+    try:
+        if spec.mode == "mig":
+            model = catalogue.find_model(gpu.info.name, gpu.info.pci_device_id)
+            if model is None:
+                raise InvalidInputError(
+                    f"{where}.mode", f"GPU {gpu.index} is a {gpu.info.name}, which cannot do "
+                    "MIG; use mode mps or none", ["mps", "none"])
+            target = [Slice(s.profile, s.start) for s in spec.slices]
+            layout.check_layout(model, target, field=f"{where}.slices")
+        mps = _mps_target(spec, where, gpu) if spec.mode == "mps" else None
+    except InvalidInputError as exc:
+        plan.invalid.append(str(exc))
+        return plan
+    if spec.mode != "mps" and gpu.info.uuid in mps_running:
+        if gpu.pods:
+            plan.blocked.append(f"GPU {gpu.index} runs MPS for {', '.join(gpu.pods)}")
+            return plan
+        plan.steps.append(StopMps(gpu.index, gpu.info.uuid))
+        return plan
+    if spec.mode == "mig":
+        assert model is not None
+        _plan_mig(plan, gpu, model, target)
+    elif spec.mode == "none":
+        _plan_whole(plan, gpu)
+    else:
+        assert mps is not None
+        plan.mps = mps
+        if _plan_whole(plan, gpu) and gpu.info.uuid not in mps_running:
+            plan.steps.append(StartMps(gpu.index, gpu.info.uuid, mps.shares,
+                                       mps.thread_percentage, mps.memory_mib))
+    return plan
+
+
+def plan_node(spec: NodePartitionSpec, observed: NodeObservation,
+              mps_running: frozenset[str] = frozenset()) -> NodePlan:
+    """One phase of steps for every GPU the spec names; duplicates are Invalid."""
+    node = NodePlan()
+    claimed: dict[int, int] = {}
+    for index, gpu_spec in enumerate(spec.gpus):
+        plan = plan_gpu(index, gpu_spec, observed, mps_running)
+        if plan.gpu is not None and plan.gpu in claimed and not plan.invalid:
+            plan.steps.clear()
+            plan.blocked.clear()
+            plan.invalid.append(
+                f"spec.gpus[{index}]: GPU {plan.gpu} is already given by "
+                f"spec.gpus[{claimed[plan.gpu]}]; name each GPU once")
+        elif plan.gpu is not None:
+            claimed.setdefault(plan.gpu, index)
+        node.gpus.append(plan)
+    return node

@@ -1,0 +1,136 @@
+"""What the agent reports: the cards as they really are, and conditions an admin can act on.
+
+Conditions (each True/False with a reason and a message):
+
+- ``Applied``: the cards match the spec; False with reason ``Invalid``, ``Blocked``,
+  ``Pending`` or ``InProgress`` says why not.
+- ``Invalid``: part of the spec cannot be applied to this node; the message names the field.
+- ``Blocked``: slices or GPUs in use stop part of the spec; the message names the pods.
+- ``ResetRequired``: a MIG mode change waits for a GPU reset or a reboot.
+- ``Degraded``: a GPU had a critical Xid or fell off the bus.
+
+``lastTransitionTime`` changes only when a condition's status does, as Kubernetes expects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from tessera.agent.apply import Outcome
+from tessera.agent.observation import GpuObservation, NodeObservation
+from tessera.agent.reconcile import NodePlan
+from tessera.api.v1alpha1 import (
+    Condition,
+    ConditionType,
+    GpuMode,
+    MigModeStatus,
+    MpsStatus,
+    NodePartitionStatus,
+    ObservedGpu,
+    ObservedSlice,
+)
+
+__all__ = ["build_status", "observed_gpu"]
+
+NVML_RESET_REQUIRED = 16
+
+
+def observed_gpu(gpu: GpuObservation, mps: MpsStatus | None) -> ObservedGpu:
+    info = gpu.info
+    mig = None if info.mig_current is None else MigModeStatus(
+        current=bool(info.mig_current), pending=bool(info.mig_pending))
+    mode: GpuMode = "mig" if info.mig_current else ("mps" if mps is not None else "none")
+    return ObservedGpu(
+        index=info.index,
+        uuid=info.uuid or f"lost-gpu-{info.index}",
+        name=info.name,
+        model=info.model,
+        mig_mode=mig,
+        mode=mode,
+        slices=[
+            ObservedSlice(profile=i.profile, start=i.start, gpu_instance_id=i.gi_id,
+                          uuid=i.mig_uuid, allocated=bool(i.pods), pods=list(i.pods),
+                          processes=i.processes)
+            for i in gpu.instances
+        ],
+        mps=mps,
+        healthy=gpu.healthy,
+        last_xid=gpu.last_xid,
+    )
+
+
+def _condition(kind: ConditionType, true: bool, reason: str, message: str, *, now: str,
+               generation: int | None, previous: Mapping[ConditionType, Condition]) -> Condition:
+    status: Literal["True", "False"] = "True" if true else "False"
+    before = previous.get(kind)
+    since = before.last_transition_time if before and before.status == status else now
+    return Condition(type=kind, status=status, reason=reason, message=message[:32000],
+                     last_transition_time=since, observed_generation=generation)
+
+
+def build_status(
+    *,
+    generation: int | None,
+    plan_id: str | None,
+    observation: NodeObservation,
+    plan: NodePlan,
+    outcomes: Sequence[Outcome],
+    previous: NodePartitionStatus | None,
+    now: str,
+    mps: Mapping[str, MpsStatus] | None = None,
+) -> NodePartitionStatus:
+    mps = mps or {}
+    invalid = [m for g in plan.gpus for m in g.invalid]
+    blocked = [m for g in plan.gpus for m in g.blocked]
+    blocked += [o.message for o in outcomes if o.status == "blocked"]
+    reset = [o.message for o in outcomes
+             if o.status == "pending" and o.code == NVML_RESET_REQUIRED]
+    pending = [o.message for o in outcomes
+               if o.status == "pending" and o.code != NVML_RESET_REQUIRED]
+    failed = [o.message for o in outcomes if o.status == "failed"]
+    unhealthy = [
+        f"GPU {g.index} " + ("has fallen off the bus" if g.info.lost else
+                             f"is unhealthy (last Xid {g.last_xid})")
+        for g in observation.gpus if not g.healthy]
+    before = {c.type: c for c in (previous.conditions if previous else [])}
+    blocked = list(dict.fromkeys(blocked + pending))
+
+    settled = plan.settled and not outcomes_unsettled(outcomes)
+    if settled:
+        applied = (True, "Applied", f"the cards match the spec ({len(plan.gpus)} GPU(s))")
+    elif invalid:
+        applied = (False, "Invalid", "part of the spec is invalid; see condition Invalid")
+    elif blocked:
+        applied = (False, "Blocked", "part of the spec waits for slices in use; see Blocked")
+    elif reset:
+        applied = (False, "Pending", "a MIG mode change needs a GPU reset; see ResetRequired")
+    else:
+        applied = (False, "InProgress", "; ".join(failed) or "steps remain; retrying")
+
+    def make(kind: ConditionType, true: bool, reason: str, message: str) -> Condition:
+        return _condition(kind, true, reason, message, now=now, generation=generation,
+                          previous=before)
+
+    conditions = [
+        make("Applied", *applied),
+        make("Invalid", bool(invalid), "InvalidSpec" if invalid else "SpecValid",
+             "; ".join(invalid) or "every GPU in the spec can be applied"),
+        make("Blocked", bool(blocked), "InUse" if blocked else "NotBlocked",
+             "; ".join(blocked) or "nothing in use stands in the way"),
+        make("ResetRequired", bool(reset), "ResetRequired" if reset else "NoResetNeeded",
+             "; ".join(reset) or "no GPU waits for a reset"),
+        make("Degraded", bool(unhealthy), "UnhealthyGpu" if unhealthy else "Healthy",
+             "; ".join(unhealthy) or "every GPU is healthy"),
+    ]
+    return NodePartitionStatus(
+        observed_generation=generation,
+        applied_plan_id=plan_id,
+        gpus=[observed_gpu(g, mps.get(g.info.uuid)) for g in observation.gpus],
+        conditions=conditions,
+    )
+
+
+def outcomes_unsettled(outcomes: Sequence[Outcome]) -> bool:
+    """Outcomes of the last round that leave work: anything but done means not settled."""
+    return any(not o.ok for o in outcomes)

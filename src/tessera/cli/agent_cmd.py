@@ -1,0 +1,141 @@
+"""``tessera agent`` and ``tessera device-plugin``: the processes that serve a GPU node."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tessera.agent.node import NodeRuntime, RuntimeSettings
+from tessera.agent.reconciler import Reconciler
+from tessera.api.v1alpha1 import NodePartition
+from tessera.core.errors import InvalidInputError
+from tessera.kubelet.allocation import AllocateOptions, DeviceListStrategy
+from tessera.kubelet.constants import DEVICE_PLUGIN_DIR, POD_RESOURCES_SOCKET
+from tessera.kubelet.health import XidFilter
+from tessera.kubelet.plugins import PluginSettings
+from tessera.nvml.backend import open_backend
+
+
+def _node_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nvml", default="real", metavar="real|sim:FILE",
+                        help="the node's NVML: the driver, or a simulator state file")
+    parser.add_argument("--plugin-dir", default=DEVICE_PLUGIN_DIR,
+                        help="the kubelet's device-plugin directory (holds kubelet.sock)")
+    parser.add_argument("--pod-resources-socket", default=POD_RESOURCES_SOCKET,
+                        help="the kubelet's PodResources socket")
+    parser.add_argument("--no-kubelet", action="store_true",
+                        help="no kubelet on this node: only NVML processes mark slices in use")
+    parser.add_argument("--device-list-strategy", default="envvar",
+                        help="comma list of: " + ", ".join(s.value for s in DeviceListStrategy))
+    parser.add_argument("--pass-device-specs", action="store_true")
+    parser.add_argument("--disable-healthchecks", default=None, metavar="all|XIDS",
+                        help="as NVIDIA's DP_DISABLE_HEALTHCHECKS")
+    parser.add_argument("--enable-healthchecks", default=None, metavar="XIDS",
+                        help="as NVIDIA's DP_ENABLE_HEALTHCHECKS")
+    parser.add_argument("--xid-recovery-seconds", type=float, default=0.0,
+                        help="mark a device healthy again after this long without a critical "
+                        "Xid (0: never, as NVIDIA's plugin)")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def _settings(args: argparse.Namespace) -> RuntimeSettings:
+    strategies = tuple(DeviceListStrategy(s.strip()) for s in
+                       args.device_list_strategy.split(",") if s.strip())
+    return RuntimeSettings(
+        plugins=PluginSettings(plugin_dir=args.plugin_dir, allocate=AllocateOptions(
+            strategies=strategies, pass_device_specs=args.pass_device_specs)),
+        pod_resources_socket=None if args.no_kubelet else args.pod_resources_socket,
+        xid_filter=XidFilter.from_settings(args.disable_healthchecks, args.enable_healthchecks),
+        xid_recovery_s=args.xid_recovery_seconds,
+    )
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), stream=sys.stderr,
+        format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'
+               '"message":"%(message)s"}')
+
+
+def register(commands: Any) -> None:
+    agent = commands.add_parser(
+        "agent", help="run the node agent",
+        description="Reconcile this node's NodePartition: partition the GPUs (MIG, MPS), serve "
+        "the device plugins, report status. --once --spec-file applies a spec without a "
+        "cluster and prints the resulting status.")
+    _node_flags(agent)
+    agent.add_argument("--once", action="store_true", help="apply once and print the status")
+    agent.add_argument("--spec-file", help="a NodePartition (YAML/JSON) to apply with --once")
+    agent.set_defaults(run=run_agent)
+
+    plugin = commands.add_parser(
+        "device-plugin", help="run only the device plugins for the cards as they are",
+        description="Advertise the node's current MIG devices / GPUs to the kubelet, one "
+        "plugin per resource name, following layout and health changes.")
+    _node_flags(plugin)
+    plugin.add_argument("--poll-seconds", type=float, default=2.0,
+                        help="how often the cards are re-read for layout changes")
+    plugin.set_defaults(run=run_device_plugin)
+
+
+def load_partition(path: str) -> NodePartition:
+    try:
+        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidInputError("--spec-file", f"cannot read {path}: {exc.strerror}") from exc
+    if not isinstance(document, dict):
+        raise InvalidInputError("--spec-file", f"{path} is not a NodePartition object")
+    document.setdefault("metadata", {"name": "local"})
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    try:
+        return NodePartition.model_validate(document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InvalidInputError(f"{path}: {where}", first["msg"]) from exc
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    _logging(args.log_level)
+    if not args.once:
+        raise InvalidInputError("--once", "the cluster-connected agent is not built yet; run "
+                                "with --once --spec-file FILE")
+    if not args.spec_file:
+        raise InvalidInputError("--spec-file", "--once needs the NodePartition to apply")
+    partition = load_partition(args.spec_file)
+    backend = open_backend(args.nvml)
+    runtime = NodeRuntime(backend, _settings(args))
+    try:
+        result = Reconciler(runtime).reconcile(partition)
+    finally:
+        runtime.stop()
+        backend.close()
+    print(yaml.safe_dump({"status": result.status.to_wire()}, sort_keys=False, width=100),
+          end="")
+    applied = next(c for c in result.status.conditions if c.type == "Applied")
+    return 0 if applied.status == "True" else 1
+
+
+def run_device_plugin(args: argparse.Namespace) -> int:
+    _logging(args.log_level)
+    backend = open_backend(args.nvml)
+    runtime = NodeRuntime(backend, _settings(args))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    runtime.start()
+    try:
+        while not stop.wait(args.poll_seconds):
+            runtime.refresh()
+    finally:
+        runtime.stop()
+        backend.close()
+    return 0
