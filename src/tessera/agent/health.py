@@ -81,7 +81,9 @@ class XidWatcher:
     """A thread waiting on the driver's event set; stops within ``poll_s`` of :meth:`stop`."""
 
     def __init__(self, backend: GpuBackend, tracker: HealthTracker,
-                 observation: Callable[[], NodeObservation | None], poll_s: float = 0.5) -> None:
+                 observation: Callable[[], NodeObservation | None], poll_s: float = 0.5,
+                 on_change: Callable[[], None] = lambda: None) -> None:
+        self._on_change = on_change
         self._backend = backend
         self._tracker = tracker
         self._observation = observation
@@ -105,5 +107,5 @@ class XidWatcher:
                 log.error("waiting for Xid events failed: %s", exc)
                 self._stop.wait(self._poll_s)
                 continue
-            if event is not None:
-                self._tracker.on_xid(event, self._observation())
+            if event is not None and self._tracker.on_xid(event, self._observation()):
+                self._on_change()

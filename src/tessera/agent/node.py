@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from tessera.agent.advertising import Advertiser, MpsAdvert
 from tessera.agent.health import HealthTracker, XidWatcher
@@ -54,14 +54,24 @@ class NodeRuntime:
                 self.settings.pod_resources_socket,
                 timeout=self.settings.pod_resources_timeout_s)
         self._lock = threading.RLock()
+        self._started = False
         self._latest: NodeObservation | None = None
         self.mps_adverts: dict[str, MpsAdvert] = {}
+        self.health_changed: Callable[[], None] = lambda: None
+        """Called after an Xid changed a device's health (the agent reconciles, to report it)."""
         self._xid = XidWatcher(backend, self.health, lambda: self._latest,
-                               self.settings.xid_poll_s)
+                               self.settings.xid_poll_s, self._health_changed)
+
+    def _health_changed(self) -> None:
+        self.health_changed()  # looked up per call: the agent sets it after construction
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Publish the cards and start serving; a second call does nothing."""
+        if self._started:
+            return
+        self._started = True
         self.refresh()
         self.plugins.start()
         self._xid.start()

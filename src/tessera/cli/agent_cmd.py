@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -12,10 +13,15 @@ from typing import Any
 
 import yaml
 
+from tessera.agent.metrics import AgentMetrics
 from tessera.agent.node import NodeRuntime, RuntimeSettings
 from tessera.agent.reconciler import Reconciler
+from tessera.agent.runner import AgentRunner
 from tessera.api.v1alpha1 import NodePartition
 from tessera.core.errors import InvalidInputError
+from tessera.kube.config import api_client
+from tessera.kube.events import EventRecorder
+from tessera.kube.partitions import NodePartitions
 from tessera.kubelet.allocation import AllocateOptions, DeviceListStrategy
 from tessera.kubelet.constants import DEVICE_PLUGIN_DIR, POD_RESOURCES_SOCKET
 from tessera.kubelet.health import XidFilter
@@ -73,6 +79,16 @@ def register(commands: Any) -> None:
     _node_flags(agent)
     agent.add_argument("--once", action="store_true", help="apply once and print the status")
     agent.add_argument("--spec-file", help="a NodePartition (YAML/JSON) to apply with --once")
+    agent.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
+                       help="this node's name (default: $NODE_NAME, set from the downward API)")
+    agent.add_argument("--kubeconfig", default=None,
+                       help="kubeconfig file (default: in-cluster service account)")
+    agent.add_argument("--metrics-port", type=int, default=9400,
+                       help="Prometheus /metrics port (0: off)")
+    agent.add_argument("--resync-seconds", type=float, default=10.0,
+                       help="reconcile at least this often, to notice freed slices")
+    agent.add_argument("--event-namespace", default=os.environ.get("POD_NAMESPACE", "default"),
+                       help="namespace for Events about the cluster-scoped NodePartition")
     agent.set_defaults(run=run_agent)
 
     plugin = commands.add_parser(
@@ -106,8 +122,7 @@ def load_partition(path: str) -> NodePartition:
 def run_agent(args: argparse.Namespace) -> int:
     _logging(args.log_level)
     if not args.once:
-        raise InvalidInputError("--once", "the cluster-connected agent is not built yet; run "
-                                "with --once --spec-file FILE")
+        return _run_connected(args)
     if not args.spec_file:
         raise InvalidInputError("--spec-file", "--once needs the NodePartition to apply")
     partition = load_partition(args.spec_file)
@@ -122,6 +137,28 @@ def run_agent(args: argparse.Namespace) -> int:
           end="")
     applied = next(c for c in result.status.conditions if c.type == "Applied")
     return 0 if applied.status == "True" else 1
+
+
+def _run_connected(args: argparse.Namespace) -> int:
+    if not args.node_name:
+        raise InvalidInputError("--node-name", "the agent must know its node: pass --node-name "
+                                "or set NODE_NAME (the chart sets it from spec.nodeName)")
+    api = api_client(args.kubeconfig)
+    backend = open_backend(args.nvml)
+    runtime = NodeRuntime(backend, _settings(args))
+    metrics = AgentMetrics()
+    if args.metrics_port:
+        metrics.serve(args.metrics_port)
+    runner = AgentRunner(args.node_name, runtime, Reconciler(runtime), NodePartitions(api),
+                         events=EventRecorder(api, "agent", args.event_namespace),
+                         metrics=metrics, resync_s=args.resync_seconds)
+    signal.signal(signal.SIGTERM, lambda *_: runner.stop())
+    signal.signal(signal.SIGINT, lambda *_: runner.stop())
+    try:
+        runner.run()
+    finally:
+        backend.close()
+    return 0
 
 
 def run_device_plugin(args: argparse.Namespace) -> int:

@@ -1,0 +1,141 @@
+"""The cluster-connected agent: watch this node's NodePartition, reconcile, report, repeat.
+
+A reconcile runs when the NodePartition changes (watch), when a device's health changes, and
+every ``resync_s`` anyway (a slice freed by a finished pod is only noticed by looking). Status
+is written only when it changed, so an idle node costs the API server one GET per resync.
+Events tell an admin what was done and what is blocked, once per distinct message.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from kubernetes.client.exceptions import ApiException
+
+from tessera.agent.metrics import AgentMetrics
+from tessera.agent.node import NodeRuntime
+from tessera.agent.reconcile import CreateSlice, DestroySlice, SetMigMode, StartMps, StopMps
+from tessera.agent.reconciler import Reconciler, ReconcileResult
+from tessera.api.v1alpha1 import API_VERSION, NodePartition, NodePartitionStatus
+from tessera.kube.events import EventRecorder
+from tessera.kube.partitions import NodePartitions
+
+__all__ = ["AgentRunner"]
+
+log = logging.getLogger(__name__)
+
+
+def _comparable(status: NodePartitionStatus | None) -> object:
+    if status is None:
+        return None
+    dumped = status.model_dump(mode="json")
+    for condition in dumped["conditions"]:
+        condition.pop("last_transition_time", None)
+    return dumped
+
+
+class AgentRunner:
+    def __init__(self, node_name: str, runtime: NodeRuntime, reconciler: Reconciler,
+                 partitions: NodePartitions, *, events: EventRecorder | None = None,
+                 metrics: AgentMetrics | None = None, resync_s: float = 30.0) -> None:
+        self.node_name = node_name
+        self.runtime = runtime
+        self.reconciler = reconciler
+        self.partitions = partitions
+        self.events = events
+        self.metrics = metrics or AgentMetrics()
+        self.resync_s = resync_s
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.reconciles = 0
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        self.runtime.health_changed = self.wake
+        self.runtime.start()
+        watcher = threading.Thread(target=self._watch, name="partition-watch", daemon=True)
+        watcher.start()
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.reconcile_now()
+                except ApiException as exc:
+                    log.error("API error while reconciling: %s %s", exc.status, exc.reason)
+                except Exception:
+                    log.exception("reconcile failed")
+                self._wake.wait(self.resync_s)
+                self._wake.clear()
+        finally:
+            self.runtime.stop()
+
+    def _watch(self) -> None:
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                for _kind, partition in self.partitions.watch(self.node_name, version, 30):
+                    version = partition.metadata.resource_version
+                    self._wake.set()
+                    if self._stop.is_set():
+                        return
+            except ApiException as exc:
+                if exc.status == 410:  # too old: list again from now
+                    version = None
+                else:
+                    log.warning("watch of NodePartition %s failed: %s", self.node_name,
+                                exc.reason)
+                    self._stop.wait(1.0)
+            except Exception as exc:  # connection reset and the like: watch again
+                log.warning("watch of NodePartition %s ended: %s", self.node_name, exc)
+                self._stop.wait(1.0)
+
+    def reconcile_now(self) -> ReconcileResult:
+        partition = self.partitions.ensure(self.node_name)
+        result = self.reconciler.reconcile(partition)
+        self.reconciles += 1
+        self.metrics.record(result)
+        if _comparable(result.status) != _comparable(partition.status):
+            self.partitions.write_status(self.node_name, result.status)
+        self._tell(partition, result)
+        return result
+
+    def _tell(self, partition: NodePartition, result: ReconcileResult) -> None:
+        if self.events is None:
+            return
+
+        def event(reason: str, message: str, warning: bool = False) -> None:
+            assert self.events is not None
+            self.events.record(kind="NodePartition", name=self.node_name,
+                               api_version=API_VERSION, reason=reason, message=message,
+                               warning=warning)
+
+        created = [str(s) for s in result.done if isinstance(s, CreateSlice)]
+        destroyed = [str(s) for s in result.done if isinstance(s, DestroySlice)]
+        other = [str(s) for s in result.done if isinstance(s, SetMigMode | StartMps | StopMps)]
+        if created or destroyed or other:
+            plan = f" for plan {partition.spec.plan_id}" if partition.spec.plan_id else ""
+            event("Applied", f"{'; '.join(other + destroyed + created)}{plan}", False)
+        for condition in result.status.conditions:
+            if condition.status != "True":
+                continue
+            if condition.type == "Blocked":
+                event("Blocked", condition.message, True)
+            elif condition.type == "Invalid":
+                event("InvalidSpec", condition.message, True)
+            elif condition.type == "ResetRequired":
+                event("ResetRequired", condition.message, True)
+            elif condition.type == "Degraded":
+                event("Degraded", condition.message, True)
+
+    def wait_reconciled(self, count: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.reconciles < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.reconciles >= count

@@ -1,0 +1,60 @@
+"""Kubernetes Events: what an admin reads in ``kubectl describe`` to learn what happened and why.
+
+Events are best effort: failing to post one is logged, never fatal, since the status conditions
+carry the same facts durably.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import uuid as uuid_lib
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+__all__ = ["EventRecorder"]
+
+log = logging.getLogger(__name__)
+
+
+class EventRecorder:
+    def __init__(self, api: client.ApiClient, component: str,
+                 namespace: str = "default") -> None:
+        self._core = client.CoreV1Api(api)
+        self._component = component
+        self._host = os.uname().nodename
+        self._namespace = namespace
+        self._recent: dict[tuple[str, str, str], datetime.datetime] = {}
+
+    def record(self, *, kind: str, name: str, api_version: str, reason: str, message: str,
+               warning: bool = False, namespace: str | None = None, uid: str | None = None,
+               dedupe_s: float = 300.0) -> None:
+        """Post one Event about an object; the same message within ``dedupe_s`` is not repeated."""
+        now = datetime.datetime.now(datetime.UTC)
+        key = (f"{kind}/{namespace}/{name}", reason, message)
+        last = self._recent.get(key)
+        if last is not None and (now - last).total_seconds() < dedupe_s:
+            return
+        self._recent[key] = now
+        target_namespace = namespace or self._namespace
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(
+                name=f"{name}.{uuid_lib.uuid4().hex[:12]}", namespace=target_namespace),
+            involved_object=client.V1ObjectReference(
+                kind=kind, name=name, namespace=namespace, api_version=api_version, uid=uid),
+            reason=reason,
+            message=message[:1024],
+            type="Warning" if warning else "Normal",
+            source=client.V1EventSource(component=self._component, host=self._host),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+            reporting_component=f"tessera.dev/{self._component}",
+            reporting_instance=self._host,
+        )
+        try:
+            self._core.create_namespaced_event(target_namespace, body)
+        except ApiException as exc:
+            log.warning("could not post event %s on %s %s: %s", reason, kind, name, exc.reason)
