@@ -47,7 +47,7 @@ from tessera.core.planner.model import (
     Unplaced,
 )
 from tessera.core.planner.parse import parse_cluster, parse_pending, plan_to_dict
-from tessera.core.planner.problem import prepare
+from tessera.core.planner.problem import Problem, largest_first, oldest_first, prepare
 from tessera.core.planner.result import PlannerBug, assemble
 
 __all__ = [
@@ -93,8 +93,35 @@ def plan(
     if solver not in SOLVERS:
         raise InvalidInputError("solver", f"unknown solver {solver!r}", SOLVERS)
     problem = prepare(snapshot, pods)
-    if solver == "fast":
-        outcome = solve_fast(problem)
-    else:
-        outcome = solve_exact(problem, max_gpus=max_exact_gpus)
-    return assemble(problem, outcome, solver)
+    if solver == "exact":
+        return assemble(problem, solve_exact(problem, max_gpus=max_exact_gpus), solver)
+    # Smallest pods first places the most when capacity is short; largest first packs better
+    # when it is not (small slices no longer fragment the cards big ones need); creation order
+    # sits between. Run each and keep the best plan by the objective. Later runs are skipped
+    # once one places every pod: they could only save a destroyed slice, not place a pod.
+    best: tuple[tuple[int, ...], Plan] | None = None
+    for ordered in (problem, largest_first(problem), oldest_first(problem)):
+        if best is not None and not best[1].unplaced:
+            break
+        candidate = assemble(ordered, solve_fast(ordered), solver)
+        score = _score(ordered, candidate)
+        if best is None or score > best[0]:
+            best = (score, candidate)
+    assert best is not None
+    return best[1]
+
+
+def _score(problem: Problem, result: Plan) -> tuple[int, ...]:
+    """The objective as a tuple to maximise: pods placed per priority (highest first), then
+    fewest slices destroyed, GPUs touched and slices created."""
+    placed = result.placed_pods
+    per_priority = tuple(
+        sum(1 for p in problem.pods if p.pod.priority == priority and p.pod.key in placed)
+        for priority in problem.priorities
+    )
+    return (
+        *per_priority,
+        -sum(len(g.destroy) for g in result.gpus),
+        -len(result.gpus),
+        -sum(len(g.create) for g in result.gpus),
+    )

@@ -262,7 +262,7 @@ def _requests(raw: Mapping[str, Any], path: str, totals: dict[str, float]) -> No
     for name, value in _mapping(raw, path).items():
         field_path = f'{path}["{name}"]'
         if _gpu_resource(name, field_path):
-            totals[name] = totals.get(name, 0) + _int(value, field_path, minimum=1)
+            totals[name] = totals.get(name, 0) + _int(value, field_path)
         elif name == "cpu":
             totals[name] = totals.get(name, 0) + _cpu_milli(value, field_path)
         elif name == "memory":
@@ -347,7 +347,7 @@ def parse_pending(data: object) -> tuple[PendingPod, ...]:
             namespace=_str(raw.get("namespace", "default"), f"{path}.namespace"),
             name=_str(raw.get("name"), f"{path}.name"),
             requests=tuple(sorted((k, int(v)) for k, v in totals.items()
-                                  if k not in ("cpu", "memory"))),
+                                  if k not in ("cpu", "memory") and v > 0)),
             priority=_int(raw.get("priority", 0), f"{path}.priority", minimum=-(2**31)),
             creation_time=_time(raw.get("creation_time", 0), f"{path}.creation_time"),
             cpu_milli=int(totals.get("cpu", 0)),

@@ -8,7 +8,7 @@ difference between the fast and the exact plan comes from the search alone.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from tessera.core import catalogue
@@ -25,7 +25,10 @@ from tessera.core.planner.model import (
     Snapshot,
 )
 
-__all__ = ["GpuInfo", "PodInfo", "Problem", "prepare", "profile_for", "resource_size"]
+__all__ = [
+    "GpuInfo", "PodInfo", "Problem", "largest_first", "oldest_first", "prepare", "profile_for",
+    "resource_size",
+]
 
 
 @cache
@@ -235,3 +238,27 @@ def prepare(snapshot: Snapshot, pods: Sequence[PendingPod]) -> Problem:
         nodes=snapshot.nodes, gpus=tuple(gpus), node_gpus=tuple(node_gpus), pods=infos,
         classes=classes,
     )
+
+
+def oldest_first(problem: Problem) -> Problem:
+    """The same problem with pods of each priority in creation order (FIFO)."""
+    ordered = sorted(
+        problem.pods,
+        key=lambda p: (-p.pod.priority, p.pod.creation_time, p.pod.namespace, p.pod.name),
+    )
+    return replace(problem, pods=tuple(ordered))
+
+
+def largest_first(problem: Problem) -> Problem:
+    """The same problem with pods of each priority ordered largest first (then oldest)."""
+    ordered = sorted(
+        problem.pods,
+        key=lambda p: (
+            -p.pod.priority,
+            -sum(resource_size(r) * c for r, c in p.demand),
+            p.pod.creation_time,
+            p.pod.namespace,
+            p.pod.name,
+        ),
+    )
+    return replace(problem, pods=tuple(ordered))

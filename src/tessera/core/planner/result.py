@@ -190,6 +190,13 @@ def _why_not_uncached(info: GpuInfo, after: GpuOutcome, resource: str) -> str | 
     return None
 
 
+def _could_offer(info: GpuInfo, resource: str) -> bool:
+    """Whether the GPU's mode and model know ``resource`` at all (policy aside)."""
+    if info.gpu.mode == "mig":
+        return profile_for(info.model, resource) is not None
+    return info.offers(resource)
+
+
 _Survey = tuple[Counter[str], Counter[int]]
 
 
@@ -216,7 +223,7 @@ def _survey(
         for n in fitting:
             for g in problem.node_gpus[n]:
                 info = problem.gpus[g]
-                if not info.offers(resource):
+                if not _could_offer(info, resource):
                     continue
                 why = _why_not(info, outcome.gpus[g], resource, memo)
                 if why is None:

@@ -1,0 +1,184 @@
+"""What a plan promises, case by case: where pods land, what changes, and why others wait."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.core.errors import InvalidInputError
+from tessera.core.layout import Slice
+from tessera.core.planner import AssignedSlice, plan, plan_to_dict
+from tessera.core.planner.parse import parse_cluster, parse_pending
+from tests.core.planner.cases import gpu, pod, run
+
+SOLVERS = ["fast", "exact"]
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+class TestPlacement:
+    def test_a_free_existing_slice_is_used_before_anything_is_created(self, solver: str) -> None:
+        result = run([{"name": "a", "gpus": [gpu(0, "A100-SXM4-40GB", "1g.5gb@6"),
+                                               gpu(1, "A100-SXM4-40GB")]}],
+                     [pod("p1", mig_1g_5gb=1)], solver)
+        assert result.placements[0].slices == (
+            AssignedSlice(0, "nvidia.com/mig-1g.5gb", "1g.5gb", 6),
+        )
+        assert result.gpus == ()
+
+    def test_in_use_slices_are_kept_and_free_capacity_around_them_is_used(
+        self, solver: str
+    ) -> None:
+        result = run([{"name": "a", "gpus": [gpu(0, "A100-SXM4-40GB", "3g.20gb@4*")]}],
+                     [pod("p1", mig_4g_20gb=1)], solver)
+        (target,) = result.gpus
+        assert target.slices == (Slice("4g.20gb", 0), Slice("3g.20gb", 4))
+        assert target.destroy == ()
+        assert result.placements[0].slices[0].start == 0
+
+    def test_a_free_slice_in_the_way_is_destroyed_but_never_one_in_use(self, solver: str) -> None:
+        result = run([{"name": "a", "gpus": [gpu(0, "A100-SXM4-40GB", "1g.5gb@0", "1g.5gb@5*")]}],
+                     [pod("big", mig_4g_20gb=1)], solver)
+        (target,) = result.gpus
+        assert target.destroy == (Slice("1g.5gb", 0),)
+        assert Slice("1g.5gb", 5) in target.slices
+
+    def test_already_split_gpus_are_filled_before_a_whole_one_is_split(self, solver: str) -> None:
+        result = run([{"name": "a", "gpus": [gpu(0, "A100-SXM4-40GB"),
+                                               gpu(1, "A100-SXM4-40GB", "3g.20gb@4*")]}],
+                     [pod("p1", mig_1g_5gb=1)], solver)
+        assert [t.index for t in result.gpus] == [1]
+
+    def test_a_pods_slices_all_land_on_one_node(self, solver: str) -> None:
+        nodes = [{"name": n, "gpus": [gpu(0, "A100-SXM4-40GB", "4g.20gb@0*")]} for n in "ab"]
+        nodes.append({"name": "c", "gpus": [gpu(0), gpu(1)]})
+        result = run(nodes, [pod("p", mig_3g_20gb=2, mig_4g_20gb=1)], solver)
+        (placement,) = result.placements
+        assert placement.node == "c"
+        assert sorted(s.profile or "" for s in placement.slices) == [
+            "3g.20gb", "3g.20gb", "4g.20gb"]
+
+    def test_higher_priority_pods_win_the_last_capacity(self, solver: str) -> None:
+        result = run([{"name": "a", "gpus": [gpu(0)]}],
+                     [pod("low", 0, mig_7g_40gb=1), pod("high", 5, mig_7g_40gb=1)], solver)
+        assert result.placed_pods == {"default/high"}
+        assert result.unplaced[0].pod == "default/low"
+
+    def test_a_static_policy_only_offers_existing_free_slices(self, solver: str) -> None:
+        nodes = [{"name": "a", "policy": {"name": "fixed", "mode": "static"},
+                  "gpus": [gpu(0, "A100-SXM4-40GB", "1g.5gb@0")]}]
+        result = run(nodes, [pod("p1", mig_1g_5gb=1), pod("p2", mig_1g_5gb=1)], solver)
+        assert result.gpus == ()
+        assert result.placed_pods == {"default/p1"}
+        assert "policy fixed is static" in result.unplaced[0].reason
+
+    def test_a_recently_changed_gpu_waits_for_the_repartition_interval(self, solver: str) -> None:
+        nodes = [{"name": "a", "policy": {"min_repartition_interval_s": 300},
+                  "gpus": [gpu(0, last_change=900), gpu(1, last_change=100)]}]
+        result = run(nodes, [pod("p1", mig_7g_40gb=1), pod("p2", mig_7g_40gb=1)], solver,
+                     now=1000)
+        assert [t.index for t in result.gpus] == [1]
+        assert "repartitioned 100s ago" in result.unplaced[0].reason
+
+    def test_allowed_profiles_limit_what_is_created(self, solver: str) -> None:
+        nodes = [{"name": "a", "policy": {"name": "small", "allowed_profiles": ["1g.5gb"]},
+                  "gpus": [gpu(0)]}]
+        result = run(nodes, [pod("p1", mig_1g_5gb=1), pod("p2", mig_2g_10gb=1)], solver)
+        assert result.placed_pods == {"default/p1"}
+        assert "offer mig-2g.10gb" in result.unplaced[0].reason
+
+    def test_whole_gpus_and_mps_shares_come_from_gpus_in_those_modes(self, solver: str) -> None:
+        nodes = [{"name": "a", "gpus": [
+            {"index": 0, "model": "H100-80GB", "mode": "none"},
+            {"index": 1, "model": "H100-80GB", "mode": "none", "in_use": True},
+            {"index": 2, "model": "H100-80GB", "mode": "mps", "shares": 4, "shares_in_use": 2},
+            gpu(3, "H100-80GB"),
+        ]}]
+        pods = [{"name": "w", "requests": {"nvidia.com/gpu": 1}},
+                {"name": "s", "requests": {"nvidia.com/gpu.shared": 2}},
+                {"name": "w2", "requests": {"nvidia.com/gpu": 1}}]
+        result = run(nodes, pods, solver)
+        by_pod = {p.pod: p.slices for p in result.placements}
+        assert by_pod["default/s"] == (AssignedSlice(2, "nvidia.com/gpu.shared", count=2),)
+        # Only one whole GPU is free; either of the two alike pods may get it.
+        (whole,) = [v for k, v in by_pod.items() if k != "default/s"]
+        assert whole == (AssignedSlice(0, "nvidia.com/gpu"),)
+        (waiting,) = result.unplaced
+        assert "whole GPUs are in use" in waiting.reason
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+class TestFilters:
+    NODES = [  # noqa: RUF012 - read-only table
+        {"name": "a", "labels": {"zone": "a"}, "gpus": [gpu(0)]},
+        {"name": "b", "labels": {"zone": "b"},
+         "taints": [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}],
+         "gpus": [gpu(0)]},
+    ]
+
+    def test_node_selector_is_obeyed(self, solver: str) -> None:
+        wanted = pod("p", mig_1g_5gb=1) | {"nodeSelector": {"zone": "a"}}
+        assert run(self.NODES, [wanted], solver).placements[0].node == "a"
+
+    def test_required_affinity_is_obeyed(self, solver: str) -> None:
+        affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "zone", "operator": "NotIn", "values": ["a"]}]}]}}}
+        wanted = pod("p", mig_1g_5gb=1) | {
+            "affinity": affinity,
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}]}
+        assert run(self.NODES, [wanted], solver).placements[0].node == "b"
+
+    def test_an_untolerated_taint_excludes_the_node_and_says_so(self, solver: str) -> None:
+        wanted = pod("p", mig_1g_5gb=1) | {"nodeSelector": {"zone": "b"}}
+        result = run(self.NODES, [wanted], solver)
+        assert result.placements == ()
+        assert "taint dedicated=batch:NoSchedule" in result.unplaced[0].reason
+
+
+class TestReasons:
+    def test_the_reason_names_the_in_use_slices_that_block_the_profile(self) -> None:
+        nodes = [{"name": f"n{i}", "gpus": [gpu(0, "A100-80GB", "1g.10gb@0*")]}
+                 for i in range(3)]
+        result = run(nodes, [pod("p9", mig_4g_40gb=1)])
+        assert result.unplaced[0].reason == (
+            "no node with a free mig-4g.40gb placement: 3 GPUs have slices in use that block "
+            "every 4g.40gb placement (1g.10gb@0)"
+        )
+
+    def test_a_profile_no_model_in_the_cluster_has_is_unplaced_with_a_reason(self) -> None:
+        result = run([{"name": "a", "gpus": [gpu(0, "A30-24GB")]}], [pod("p", mig_7g_80gb=1)])
+        assert "no node's GPUs can offer mig-7g.80gb" in result.unplaced[0].reason
+        assert "A30-24GB" in result.unplaced[0].reason
+
+    def test_cpu_and_memory_of_the_node_are_respected(self) -> None:
+        nodes = [{"name": "a", "allocatable": {"cpu": "8", "memory": "64Gi"},
+                  "allocated": {"cpu": "6"}, "gpus": [gpu(0)]}]
+        pods = [{"name": "p", "containers": [
+            {"requests": {"cpu": "3", "nvidia.com/mig-1g.5gb": 1}}]}]
+        result = run(nodes, pods)
+        assert "no eligible node has 3000m CPU" in result.unplaced[0].reason
+
+
+class TestContract:
+    def test_the_same_input_gives_the_same_plan(self) -> None:
+        nodes = [{"name": n, "gpus": [gpu(0), gpu(1, "A100-SXM4-40GB", "3g.20gb@4*")]}
+                 for n in "abc"]
+        pods = [pod(f"p{i}", i % 2, mig_1g_5gb=1 + i % 2, mig_3g_20gb=i % 3 // 2)
+                for i in range(12)]
+        assert plan_to_dict(run(nodes, pods)) == plan_to_dict(run(nodes, list(reversed(pods))))
+
+    def test_the_exact_solver_refuses_large_clusters(self) -> None:
+        snapshot = parse_cluster({"nodes": [{"name": "a", "gpus": [gpu(i) for i in range(4)]}]})
+        with pytest.raises(InvalidInputError, match="at most 3 GPUs") as error:
+            plan(snapshot, parse_pending({"pods": []}), "exact", max_exact_gpus=3)
+        assert error.value.choices == ("fast",)
+
+    def test_the_plan_json_has_the_documented_shape(self) -> None:
+        result = run([{"name": "node-a", "gpus": [gpu(0)]}], [pod("p1", mig_1g_5gb=1),
+                                                            pod("p9", mig_7g_40gb=2)])
+        data = plan_to_dict(result)
+        assert data["gpus"] == [{"node": "node-a", "index": 0, "model": "A100-SXM4-40GB",
+                                 "slices": [{"profile": "1g.5gb", "start": 6}],
+                                 "destroy": [], "create": [{"profile": "1g.5gb", "start": 6}]}]
+        assert data["placements"] == [{"pod": "default/p1", "node": "node-a",
+                                       "slices": [{"gpu": 0, "profile": "1g.5gb", "start": 6}]}]
+        assert [u["pod"] for u in data["unplaced"]] == ["default/p9"]  # type: ignore[index]
