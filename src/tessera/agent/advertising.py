@@ -25,7 +25,7 @@ from tessera.kubelet.inventory import Inventory, MpsShare, PluginDevice
 
 __all__ = ["MPS_SHARED_RESOURCE", "Advertiser", "MpsAdvert", "devices_for"]
 
-MPS_SHARED_RESOURCE = f"{catalogue.RESOURCE_DOMAIN}/gpu.shared"
+MPS_SHARED_RESOURCE = catalogue.MPS_SHARED_RESOURCE
 
 
 @dataclass(frozen=True)

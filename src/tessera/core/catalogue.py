@@ -20,6 +20,7 @@ __all__ = [
     "COMPUTE_INSTANCE_PROFILE_CONSTANTS",
     "GPU_INSTANCE_PROFILE_CONSTANTS",
     "MIG_RESOURCE_PREFIX",
+    "MPS_SHARED_RESOURCE",
     "RESOURCE_DOMAIN",
     "WHOLE_GPU_RESOURCE",
     "Engines",
@@ -38,6 +39,8 @@ __all__ = [
 RESOURCE_DOMAIN = "nvidia.com"
 """Resource names follow NVIDIA's device plugin so existing pod specs work unchanged."""
 WHOLE_GPU_RESOURCE = f"{RESOURCE_DOMAIN}/gpu"
+MPS_SHARED_RESOURCE = f"{RESOURCE_DOMAIN}/gpu.shared"
+"""An MPS share of a GPU: the name NVIDIA's plugin gives shared GPUs (``renameByDefault``)."""
 MIG_RESOURCE_PREFIX = f"{RESOURCE_DOMAIN}/mig-"
 
 GPU_INSTANCE_PROFILE_CONSTANTS: Mapping[str, int] = {
