@@ -14,6 +14,7 @@ from tessera.core.layout import (
     enumerate_layouts,
     free_memory_slices,
     is_valid,
+    layout_for_counts,
     parse_slice,
     reachability,
 )
@@ -143,3 +144,18 @@ class TestReachability:
     def test_in_use_slices_must_exist(self) -> None:
         with pytest.raises(InvalidLayoutError, match="not in the current layout"):
             reachability(H100, [], [], in_use=[S("1g.10gb@0")])
+
+
+class TestCounts:
+    def test_mig_parted_counts_get_placements(self) -> None:
+        assert layout_for_counts(A100, {"1g.5gb": 7}) == {S(f"1g.5gb@{i}") for i in range(7)}
+        mixed = layout_for_counts(A100, {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2})
+        assert is_valid(A100, sorted(mixed))
+        assert sorted(s.profile for s in mixed) == ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]
+        assert layout_for_counts(A100, {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}) == mixed
+
+    def test_counts_that_do_not_fit_are_refused_naming_them(self) -> None:
+        with pytest.raises(InvalidLayoutError, match=r"holds 0\.\.1 x 4g\.20gb, not 2"):
+            layout_for_counts(A100, {"4g.20gb": 2}, field="static[0].migDevices")
+        with pytest.raises(InvalidLayoutError, match="does not fit"):
+            layout_for_counts(A100, {"3g.20gb": 2, "1g.5gb": 1})

@@ -17,7 +17,7 @@ The rules a layout must satisfy, all derived from the catalogue:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from tessera.core.catalogue import NO_ENGINES, GpuModel, MigProfile, Placement
@@ -34,6 +34,7 @@ __all__ = [
     "enumerate_layouts",
     "free_memory_slices",
     "is_valid",
+    "layout_for_counts",
     "parse_slice",
     "reachability",
 ]
@@ -236,3 +237,34 @@ def reachability(
 
 def count_profiles(slices: Iterable[Slice]) -> Counter[str]:
     return Counter(s.profile for s in slices)
+
+
+def layout_for_counts(model: GpuModel, counts: Mapping[str, int],
+                      field: str = "migDevices") -> frozenset[Slice]:
+    """Placements for a mig-parted style ``{profile: count}`` layout, found once, the same always.
+
+    mig-parted has no placements and tries creation orders until one works; with the whole
+    layout space enumerable, Tessera picks the valid layout with exactly these counts whose
+    larger slices sit lowest (the first in catalogue order), so the same config always gives
+    the same placements, and names the counts when none exists.
+    """
+    wanted = {name: n for name, n in counts.items() if n}
+    for name, number in wanted.items():
+        profile = model.profile(name, field_name=f"{field}.{name}")
+        if number < 0 or number > profile.max_count:
+            raise InvalidLayoutError(
+                f"{field}.{name}", f"{model.name} holds 0..{profile.max_count} x {name}, "
+                f"not {number}")
+    best: frozenset[Slice] | None = None
+    best_key: tuple[tuple[int, int], ...] | None = None
+    order = {p.name: i for i, p in enumerate(model.profiles)}
+    for candidate in enumerate_layouts(model):
+        if count_profiles(candidate) != Counter(wanted):
+            continue
+        key = tuple(sorted((order[s.profile], s.start) for s in candidate))
+        if best_key is None or key < best_key:
+            best, best_key = candidate, key
+    if best is None:
+        described = ", ".join(f"{n} x {p}" for p, n in sorted(wanted.items()))
+        raise InvalidLayoutError(field, f"{described} does not fit on one {model.name}")
+    return best
