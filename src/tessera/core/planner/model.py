@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tessera.core.catalogue import RESOURCE_DOMAIN, WHOLE_GPU_RESOURCE
+from tessera.core.catalogue import MPS_SHARED_RESOURCE, WHOLE_GPU_RESOURCE
 from tessera.core.layout import Slice
 
 __all__ = [
@@ -39,7 +39,7 @@ __all__ = [
     "Unplaced",
 ]
 
-MPS_SHARE_RESOURCE = f"{RESOURCE_DOMAIN}/gpu.shared"
+MPS_SHARE_RESOURCE = MPS_SHARED_RESOURCE
 """One MPS share; a GPU in mode ``mps`` offers ``shares`` of them (NVIDIA's ``.shared`` style)."""
 
 GpuMode = Literal["mig", "none", "mps"]
