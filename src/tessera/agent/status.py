@@ -46,6 +46,7 @@ def observed_gpu(gpu: GpuObservation, mps: MpsStatus | None) -> ObservedGpu:
         uuid=info.uuid or f"lost-gpu-{info.index}",
         name=info.name,
         model=info.model,
+        pci_device_id=f"0x{info.pci_device_id:08X}" if info.pci_device_id else None,
         mig_mode=mig,
         mode=mode,
         slices=[

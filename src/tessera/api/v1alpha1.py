@@ -161,6 +161,8 @@ class ObservedGpu(_Tolerant):
     uuid: str
     name: str
     model: str | None = None
+    pci_device_id: str | None = Field(default=None, description="0xDEVVEND, as mig-parted's "
+                                      "device-filter names cards")
     mig_mode: MigModeStatus | None = None
     mode: GpuMode
     slices: list[ObservedSlice] = Field(default_factory=list)
