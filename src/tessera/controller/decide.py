@@ -1,0 +1,80 @@
+"""From a plan to what the controller writes: NodePartition specs, and what each pod is told.
+
+A changed GPU's entry in its node's spec is replaced by the plan's full target layout; every
+other entry stays as it was, so an admin's or a policy's settings for other GPUs survive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tessera.api.v1alpha1 import GpuSpec, NodePartition, NodePartitionSpec, SliceSpec
+from tessera.core.planner import Plan
+
+__all__ = ["Decision", "PodDecision", "decide", "plan_id"]
+
+
+@dataclass(frozen=True)
+class PodDecision:
+    pod: str
+    node: str
+    requests: tuple[tuple[str, int], ...]
+    message: str
+    """What the pod's Event says: where its slices are, or are being made."""
+    needs_new_slices: bool
+
+
+@dataclass
+class Decision:
+    specs: dict[str, NodePartitionSpec] = field(default_factory=dict)
+    pods: list[PodDecision] = field(default_factory=list)
+    unplaced: list[tuple[str, str]] = field(default_factory=list)
+    created: int = 0
+    destroyed: int = 0
+
+
+def plan_id(node: str, spec: NodePartitionSpec, counter: int) -> str:
+    digest = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:8]
+    return f"{node[:40]}-{counter}-{digest}"
+
+
+def _merged(partition: NodePartition | None, changes: Mapping[int, GpuSpec]) -> list[GpuSpec]:
+    current = list(partition.spec.gpus) if partition else []
+    kept = [g for g in current if g.index not in changes]
+    return sorted([*kept, *changes.values()], key=lambda g: (g.index is None, g.index or 0))
+
+
+def decide(plan: Plan, partitions: Mapping[str, NodePartition],
+           requests: Mapping[str, tuple[tuple[str, int], ...]], counter: int) -> Decision:
+    decision = Decision()
+    changes: dict[str, dict[int, GpuSpec]] = {}
+    created_at: set[tuple[str, int, str, int]] = set()
+    for target in plan.gpus:
+        changes.setdefault(target.node, {})[target.index] = GpuSpec(
+            index=target.index, mode="mig",
+            slices=[SliceSpec(profile=s.profile, start=s.start) for s in sorted(target.slices)])
+        decision.created += len(target.create)
+        decision.destroyed += len(target.destroy)
+        created_at.update((target.node, target.index, s.profile, s.start) for s in target.create)
+    for node, gpus in changes.items():
+        spec = NodePartitionSpec(gpus=_merged(partitions.get(node), gpus))
+        decision.specs[node] = spec.model_copy(update={"plan_id": plan_id(node, spec, counter)})
+    for placement in plan.placements:
+        parts = []
+        new = False
+        for item in placement.slices:
+            what = item.profile or item.resource.rsplit("/", 1)[-1]
+            count = f"{item.count} x " if item.count > 1 else ""
+            if item.profile is not None and item.start is not None and (
+                    placement.node, item.gpu, item.profile, item.start) in created_at:
+                parts.append(f"creating {count}{what} on {placement.node} GPU {item.gpu}")
+                new = True
+            else:
+                parts.append(f"free {count}{what} on {placement.node} GPU {item.gpu}")
+        decision.pods.append(PodDecision(
+            pod=placement.pod, node=placement.node, requests=requests.get(placement.pod, ()),
+            message="; ".join(parts) + " for this pod", needs_new_slices=new))
+    decision.unplaced = [(u.pod, u.reason) for u in plan.unplaced]
+    return decision

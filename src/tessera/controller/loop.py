@@ -1,0 +1,407 @@
+"""The controller's decision loop: one :meth:`Controller.tick` at a time, over a cache of the
+cluster, writing through a small :class:`Writer` interface (the API server in production, a
+recorder in tests).
+
+Per tick:
+
+1. NodePartitions whose agent has reported the last plan leave the in-flight set; plans not
+   reported in ``plan_timeout_s`` are given up with a Warning Event.
+2. Policies: static and MPS layouts are written (and re-written when someone edits them);
+   dynamic nodes get every MIG-capable card in MIG mode.
+3. Pending GPU pods are batched: the window closes after ``batch_idle_s`` without a new pod,
+   or ``batch_max_s`` after it opened. Then the planner runs on a consistent snapshot, changed
+   specs are written with a new ``planId``, and every pod gets an Event saying where it goes or
+   why it cannot fit.
+4. Pods waiting for their slices are pinned to their node and released (scheduling gate lifted)
+   once the node's allocatable shows room for them beside every pod already bound or released
+   there: never more pods than free slices.
+
+In-flight plans are derived from the NodePartitions themselves (``spec.planId`` not yet equal
+to ``status.appliedPlanId``), so a new leader picks up where the old one stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tessera.api.v1alpha1 import (
+    Condition,
+    NodePartition,
+    NodePartitionSpec,
+    PartitionPolicy,
+    PartitionPolicyStatus,
+)
+from tessera.controller import demand
+from tessera.controller.decide import decide, plan_id
+from tessera.controller.policies import policy_for, policy_gpu_specs
+from tessera.controller.snapshot import build_snapshot, node_labels
+from tessera.core import planner
+from tessera.core.errors import InvalidInputError
+
+__all__ = ["ClusterCache", "Controller", "ControllerSettings", "Writer"]
+
+log = logging.getLogger(__name__)
+
+RawObject = Mapping[str, Any]
+
+
+class Writer(Protocol):
+    def write_spec(self, node: str, spec: NodePartitionSpec,
+                   current: NodePartition | None) -> None: ...
+
+    def release_pod(self, pod: str, node: str, hostname: str, gated: bool) -> None: ...
+
+    def pod_event(self, pod: str, reason: str, message: str, warning: bool) -> None: ...
+
+    def partition_event(self, node: str, reason: str, message: str, warning: bool) -> None: ...
+
+    def policy_status(self, name: str, status: PartitionPolicyStatus) -> None: ...
+
+
+class Metrics(Protocol):
+    def record_tick(self, pending: int, leader: bool) -> None: ...
+
+    def record_plan(self, seconds: float, placed: int, unplaced: int, created: int,
+                    destroyed: int) -> None: ...
+
+    def record_release(self) -> None: ...
+
+
+class _NoMetrics:
+    def record_tick(self, pending: int, leader: bool) -> None:
+        pass
+
+    def record_plan(self, seconds: float, placed: int, unplaced: int, created: int,
+                    destroyed: int) -> None:
+        pass
+
+    def record_release(self) -> None:
+        pass
+
+
+class ClusterCache:
+    """What the watches have delivered; thread-safe; the loop reads a consistent copy."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.pods: dict[str, RawObject] = {}
+        self.nodes: dict[str, RawObject] = {}
+        self.partitions: dict[str, NodePartition] = {}
+        self.policies: dict[str, PartitionPolicy] = {}
+        self.changed = threading.Event()
+
+    def put(self, kind: str, event_type: str, raw: RawObject) -> None:
+        name = raw.get("metadata", {}).get("name", "")
+        with self._lock:
+            if kind == "pod":
+                key = demand.pod_key(raw)
+                if event_type == "DELETED":
+                    self.pods.pop(key, None)
+                else:
+                    self.pods[key] = raw
+            elif kind == "node":
+                if event_type == "DELETED":
+                    self.nodes.pop(name, None)
+                else:
+                    self.nodes[name] = raw
+            elif kind == "nodepartition":
+                if event_type == "DELETED":
+                    self.partitions.pop(name, None)
+                else:
+                    self.partitions[name] = NodePartition.model_validate(raw)
+            elif kind == "partitionpolicy":
+                if event_type == "DELETED":
+                    self.policies.pop(name, None)
+                else:
+                    self.policies[name] = PartitionPolicy.model_validate(raw)
+        self.changed.set()
+
+    def view(self) -> tuple[dict[str, RawObject], dict[str, RawObject],
+                            dict[str, NodePartition], dict[str, PartitionPolicy]]:
+        with self._lock:
+            return dict(self.pods), dict(self.nodes), dict(self.partitions), dict(self.policies)
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    batch_idle_s: float = 0.5
+    batch_max_s: float = 3.0
+    plan_timeout_s: float = 120.0
+    release_timeout_s: float = 300.0
+    solver: planner.SolverName = "fast"
+
+
+@dataclass
+class _Waiting:
+    node: str
+    requests: tuple[tuple[str, int], ...]
+    since: float
+
+
+@dataclass
+class _State:
+    batch_opened: float | None = None
+    batch_changed: float = 0.0
+    batch_keys: frozenset[str] = frozenset()
+    waiting: dict[str, _Waiting] = field(default_factory=dict)
+    released: dict[str, _Waiting] = field(default_factory=dict)
+    inflight_since: dict[str, tuple[str, float]] = field(default_factory=dict)
+    written: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """Specs this controller wrote, by node, until the cache shows them."""
+    given_up: set[str] = field(default_factory=set)
+    last_change: dict[tuple[str, int], float] = field(default_factory=dict)
+    told: dict[str, str] = field(default_factory=dict)
+    counter: int = 0
+
+
+def _allocatable(node: RawObject, resource: str) -> int:
+    value = (node.get("status", {}).get("allocatable") or {}).get(resource, "0")
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+class Controller:
+    def __init__(self, cache: ClusterCache, writer: Writer,
+                 settings: ControllerSettings | None = None, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time,
+                 metrics: Metrics | None = None) -> None:
+        self.cache = cache
+        self.writer = writer
+        self.settings = settings or ControllerSettings()
+        self._clock = clock
+        self._wall = wall_clock
+        self.metrics = metrics or _NoMetrics()
+        self.state = _State()
+
+    def reset(self) -> None:
+        """Forget in-memory decisions (after losing leadership); the cluster holds the rest."""
+        self.state = _State()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _inflight(self, partitions: Mapping[str, NodePartition], now: float) -> set[str]:
+        state = self.state
+        inflight: set[str] = set()
+        for name, partition in partitions.items():
+            wanted = partition.spec.plan_id
+            applied = partition.status.applied_plan_id if partition.status else None
+            written = state.written.get(name)
+            if written is not None and written[0] != wanted:
+                if now - written[1] <= self.settings.plan_timeout_s:
+                    inflight.add(name)  # our write has not reached the cache yet
+                    continue
+                del state.written[name]
+            if not wanted or wanted == applied:
+                state.written.pop(name, None)
+                if name in state.inflight_since:
+                    del state.inflight_since[name]
+                continue
+            key = f"{name}/{wanted}"
+            if key in state.given_up:
+                continue
+            seen = state.inflight_since.get(name)
+            if seen is None or seen[0] != wanted:
+                state.inflight_since[name] = (wanted, now)
+                seen = state.inflight_since[name]
+            if now - seen[1] > self.settings.plan_timeout_s:
+                state.given_up.add(key)
+                self.writer.partition_event(
+                    name, "PlanTimedOut", f"the agent has not reported plan {wanted} after "
+                    f"{self.settings.plan_timeout_s:.0f} s; planning over this node again", True)
+                continue
+            inflight.add(name)
+        return inflight
+
+    def _claimed(self, pods: Mapping[str, RawObject]) -> dict[str, dict[str, int]]:
+        claimed: dict[str, dict[str, int]] = {}
+        for key, pod in pods.items():
+            if demand.is_terminal(pod):
+                continue
+            node = pod.get("spec", {}).get("nodeName")
+            released = self.state.released.get(key)
+            if not node and released is not None:
+                node = released.node
+            if not node:
+                continue
+            slot = claimed.setdefault(node, {})
+            for resource, count in demand.gpu_requests(pod).items():
+                slot[resource] = slot.get(resource, 0) + count
+        return claimed
+
+    def _write(self, node: str, spec: NodePartitionSpec, partition: NodePartition | None,
+               reason: str, now: float) -> None:
+        self.writer.write_spec(node, spec, partition)
+        self.state.written[node] = (spec.plan_id or "", now)
+        for gpu in spec.gpus:
+            if gpu.index is not None:
+                self.state.last_change[(node, gpu.index)] = self._wall()
+        self.writer.partition_event(node, reason, f"wrote plan {spec.plan_id}", False)
+
+    # -- the tick ---------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        now = self._clock()
+        pods, nodes, partitions, policies = self.cache.view()
+        inflight = self._inflight(partitions, now)
+        self._enforce_policies(nodes, partitions, list(policies.values()), inflight, now)
+        inflight |= set(self.state.written)
+        waiting = {k: p for k, p in pods.items() if demand.is_waiting(p)}
+        self.metrics.record_tick(len(waiting), True)
+        self._forget(pods, waiting)
+        fresh = frozenset(k for k in waiting if k not in self.state.waiting)
+        if fresh and self._batch_closed(fresh, now):
+            self._plan(waiting, pods=pods, nodes=nodes, partitions=partitions,
+                       policies=list(policies.values()), inflight=inflight, now=now)
+        self._release(pods, nodes, inflight, now)
+
+    def _batch_closed(self, fresh: frozenset[str], now: float) -> bool:
+        state = self.state
+        if state.batch_opened is None:
+            state.batch_opened = now
+            state.batch_changed = now
+            state.batch_keys = fresh
+        elif fresh != state.batch_keys:
+            state.batch_changed = now
+            state.batch_keys = fresh
+        idle = now - state.batch_changed >= self.settings.batch_idle_s
+        full = now - state.batch_opened >= self.settings.batch_max_s
+        return idle or full
+
+    def _forget(self, pods: Mapping[str, RawObject], waiting: Mapping[str, RawObject]) -> None:
+        state = self.state
+        for key in list(state.waiting):
+            if key not in waiting:
+                del state.waiting[key]
+        for key in list(state.released):
+            pod = pods.get(key)
+            if pod is None or pod.get("spec", {}).get("nodeName") or demand.is_terminal(pod):
+                del state.released[key]
+
+    def _enforce_policies(self, nodes: Mapping[str, RawObject],
+                          partitions: Mapping[str, NodePartition],
+                          policies: list[PartitionPolicy], inflight: set[str],
+                          now: float) -> None:
+        matched: dict[str, list[str]] = {p.metadata.name: [] for p in policies}
+        problems: dict[str, str] = {}
+        for name, node in sorted(nodes.items()):
+            policy = policy_for(node_labels(node), policies)
+            if policy is None:
+                continue
+            matched[policy.metadata.name].append(name)
+            partition = partitions.get(name)
+            if partition is None or name in inflight:
+                continue
+            try:
+                wanted = policy_gpu_specs(policy, partition)
+            except InvalidInputError as exc:
+                problems[policy.metadata.name] = f"node {name}: {exc}"
+                continue
+            if wanted is None:
+                continue
+            current = list(partition.spec.gpus)
+            if policy.spec.mode == "dynamic":
+                # Only cards not yet in MIG mode need a word before planning; the planner's
+                # own writes name the MIG cards it changes.
+                named = {g.index for g in current}
+                whole = {o.index for o in partition.status.gpus if o.mode != "mig"} if (
+                    partition.status) else set()
+                missing = [g for g in wanted if g.index not in named and g.index in whole]
+                if not missing:
+                    continue
+                gpus = sorted([*current, *missing], key=lambda g: g.index or 0)
+            else:
+                if [g.to_wire() for g in current] == [g.to_wire() for g in wanted]:
+                    continue
+                gpus = wanted
+            self.state.counter += 1
+            spec = NodePartitionSpec(gpus=gpus)
+            spec = spec.model_copy(update={"plan_id": plan_id(name, spec, self.state.counter)})
+            self._write(name, spec, partition, f"Policy{policy.spec.mode.capitalize()}", now)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._wall()))
+        for policy in policies:
+            name = policy.metadata.name
+            problem = problems.get(name)
+            status = PartitionPolicyStatus(matched_nodes=matched[name], conditions=[
+                Condition(type="Invalid", status="True" if problem else "False",
+                          reason="LayoutDoesNotFit" if problem else "Valid",
+                          message=problem or "the policy applies to every matched node",
+                          last_transition_time=stamp,
+                          observed_generation=policy.metadata.generation)])
+            if policy.status is None or _status_key(policy.status) != _status_key(status):
+                self.writer.policy_status(name, status)
+
+    def _plan(self, waiting: Mapping[str, RawObject], *, pods: Mapping[str, RawObject],
+              nodes: Mapping[str, RawObject], partitions: Mapping[str, NodePartition],
+              policies: list[PartitionPolicy], inflight: set[str], now: float) -> None:
+        state = self.state
+        candidates = {k: p for k, p in waiting.items() if k not in state.waiting}
+        pending = [demand.pending_pod(p) for p in candidates.values()]
+        snapshot = build_snapshot(nodes.values(), partitions, policies, self._claimed(pods),
+                                  frozen=inflight, last_change=state.last_change,
+                                  now=self._wall())
+        started = time.perf_counter()
+        result = planner.plan(snapshot, pending, solver=self.settings.solver)
+        seconds = time.perf_counter() - started
+        state.counter += 1
+        requests = {f"{p.namespace}/{p.name}": p.requests for p in pending}
+        decision = decide(result, partitions, requests, state.counter)
+        for node, spec in decision.specs.items():
+            self._write(node, spec, partitions.get(node), "Repartition", now)
+        for placed in decision.pods:
+            state.waiting[placed.pod] = _Waiting(placed.node, placed.requests, now)
+            self._tell(placed.pod, "Placed", placed.message, False)
+        for pod, reason in decision.unplaced:
+            self._tell(pod, "NoGPUFit", reason, True)
+        state.batch_opened = None
+        state.batch_keys = frozenset()
+        self.metrics.record_plan(seconds, len(decision.pods), len(decision.unplaced),
+                                 decision.created, decision.destroyed)
+        log.info("planned %d pod(s) in %.3f s: %d placed, %d unplaced, %d spec(s) written",
+                 len(pending), seconds, len(decision.pods), len(decision.unplaced),
+                 len(decision.specs))
+
+    def _tell(self, pod: str, reason: str, message: str, warning: bool) -> None:
+        if self.state.told.get(pod) == f"{reason}:{message}":
+            return
+        self.state.told[pod] = f"{reason}:{message}"
+        self.writer.pod_event(pod, reason, message, warning)
+
+    def _release(self, pods: Mapping[str, RawObject], nodes: Mapping[str, RawObject],
+                 inflight: set[str], now: float) -> None:
+        state = self.state
+        claimed = self._claimed(pods)
+        for key, waiting in sorted(state.waiting.items(), key=lambda kv: kv[1].since):
+            pod = pods.get(key)
+            node = nodes.get(waiting.node)
+            if pod is None or node is None:
+                continue
+            if now - waiting.since > self.settings.release_timeout_s:
+                del state.waiting[key]  # plan it again with the next batch
+                continue
+            if waiting.node in inflight:
+                continue
+            held = claimed.setdefault(waiting.node, {})
+            if any(_allocatable(node, r) < held.get(r, 0) + n for r, n in waiting.requests):
+                continue
+            hostname = node_labels(node).get("kubernetes.io/hostname", waiting.node)
+            self.writer.release_pod(key, waiting.node, hostname, demand.is_gated(pod))
+            self.metrics.record_release()
+            for resource, count in waiting.requests:
+                held[resource] = held.get(resource, 0) + count
+            state.released[key] = waiting
+            del state.waiting[key]
+
+
+def _status_key(status: PartitionPolicyStatus) -> object:
+    dumped = status.model_dump(mode="json")
+    for condition in dumped["conditions"]:
+        condition.pop("last_transition_time", None)
+    return dumped

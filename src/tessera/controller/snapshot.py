@@ -1,0 +1,111 @@
+"""The planner's view of the cluster, built from what the API server holds.
+
+Only nodes a PartitionPolicy selects and whose agent has reported its cards take part. A slice
+counts as in use when the agent reports it allocated or busy, and also when a pod already bound
+to (or pinned by Tessera onto) the node will take it: the kubelet's allocation shows up in the
+agent's report only later, and the planner must not hand the same slice out twice.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from tessera.api.v1alpha1 import NodePartition, ObservedGpu, PartitionPolicy
+from tessera.controller.policies import policy_for
+from tessera.core import catalogue
+from tessera.core.planner import Gpu, GpuSlice, Node, Policy, Snapshot, Taint
+
+__all__ = ["build_snapshot", "node_labels"]
+
+RawNode = Mapping[str, Any]
+
+
+def node_labels(node: RawNode) -> dict[str, str]:
+    return dict(node.get("metadata", {}).get("labels") or {})
+
+
+def _taints(node: RawNode) -> tuple[Taint, ...]:
+    taints = [Taint(key=t["key"], value=t.get("value", "") or "",
+                    effect=t.get("effect", "NoSchedule"))
+              for t in node.get("spec", {}).get("taints") or []]
+    if node.get("spec", {}).get("unschedulable"):
+        taints.append(Taint(key="node.kubernetes.io/unschedulable", effect="NoSchedule"))
+    return tuple(taints)
+
+
+def _gpu(gpu: ObservedGpu, reserve: Counter[str], last_change: float | None) -> Gpu | None:
+    if gpu.model is None and gpu.mode == "mig":
+        return None
+    model = gpu.model or ""
+    if gpu.mode == "mig":
+        slices = []
+        for item in sorted(gpu.slices, key=lambda s: (not (s.allocated or s.processes),
+                                                       s.start)):
+            busy = item.allocated or item.processes > 0 or item.uuid is None
+            resource = catalogue.mig_resource_name(item.profile)
+            if not busy and reserve[resource] > 0:
+                reserve[resource] -= 1
+                busy = True
+            elif busy and item.allocated and reserve[resource] > 0:
+                reserve[resource] -= 1  # the bound pod's slice is this allocated one
+            slices.append(GpuSlice(profile=item.profile, start=item.start, in_use=busy))
+        return Gpu(index=gpu.index, model=model, mode="mig", slices=tuple(slices),
+                   last_change=last_change)
+    if not gpu.model:
+        return None
+    if gpu.mode == "mps" and gpu.mps is not None:
+        held = min(gpu.mps.shares, reserve[catalogue.MPS_SHARED_RESOURCE])
+        reserve[catalogue.MPS_SHARED_RESOURCE] -= held
+        return Gpu(index=gpu.index, model=model, mode="mps", shares=gpu.mps.shares,
+                   shares_in_use=held, last_change=last_change)
+    held_whole = reserve[catalogue.WHOLE_GPU_RESOURCE] > 0
+    if held_whole:
+        reserve[catalogue.WHOLE_GPU_RESOURCE] -= 1
+    return Gpu(index=gpu.index, model=model, mode="none", in_use=held_whole,
+               last_change=last_change)
+
+
+def build_snapshot(
+    nodes: Iterable[RawNode],
+    partitions: Mapping[str, NodePartition],
+    policies: Sequence[PartitionPolicy],
+    claimed: Mapping[str, Mapping[str, int]],
+    *,
+    frozen: Iterable[str] = (),
+    last_change: Mapping[tuple[str, int], float] | None = None,
+    now: float | None = None,
+) -> Snapshot:
+    """``claimed[node][resource]``: units held by pods bound or pinned to the node.
+
+    ``frozen`` nodes (a plan is in flight there) are left out: nothing is planned over a node
+    until its agent has reported the last plan.
+    """
+    skip = set(frozen)
+    last_change = last_change or {}
+    planned: list[Node] = []
+    for raw in sorted(nodes, key=lambda n: n.get("metadata", {}).get("name", "")):
+        name = raw.get("metadata", {}).get("name", "")
+        partition = partitions.get(name)
+        labels = node_labels(raw)
+        policy = policy_for(labels, policies)
+        if name in skip or policy is None or partition is None or partition.status is None:
+            continue
+        reserve: Counter[str] = Counter(claimed.get(name, {}))
+        gpus = [g for g in (_gpu(o, reserve, last_change.get((name, o.index)))
+                            for o in partition.status.gpus if o.healthy) if g is not None]
+        allowed = frozenset(policy.spec.allowed_profiles) or None
+        planned.append(Node(
+            name=name,
+            labels=tuple(sorted(labels.items())),
+            taints=_taints(raw),
+            gpus=tuple(gpus),
+            policy=Policy(
+                name=policy.metadata.name,
+                mode="dynamic" if policy.spec.mode == "dynamic" else "static",
+                allowed_profiles=allowed,
+                min_repartition_interval_s=float(policy.spec.min_repartition_interval_seconds),
+            ),
+        ))
+    return Snapshot(nodes=tuple(planned), now=now)

@@ -1,0 +1,221 @@
+"""The controller's decisions, tick by tick, over an in-memory cache and a recording writer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tessera.api.v1alpha1 import (
+    NodePartition,
+    NodePartitionSpec,
+    PartitionPolicyStatus,
+)
+from tessera.controller.demand import GATE
+from tessera.controller.loop import ClusterCache, Controller, ControllerSettings
+
+
+class Recorder:
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+        self.specs: list[tuple[str, NodePartitionSpec]] = []
+        self.released: list[tuple[str, str, str, bool]] = []
+        self.pod_events: list[tuple[str, str, str, bool]] = []
+        self.node_events: list[tuple[str, str, str, bool]] = []
+        self.policy_statuses: list[tuple[str, PartitionPolicyStatus]] = []
+
+    def write_spec(self, node: str, spec: NodePartitionSpec,
+                   current: NodePartition | None) -> None:
+        self.specs.append((node, spec))
+        raw = (current.to_wire() if current else {"metadata": {"name": node}})
+        raw["spec"] = spec.to_wire()
+        self.cache.put("nodepartition", "MODIFIED", raw)
+
+    def release_pod(self, pod: str, node: str, hostname: str, gated: bool) -> None:
+        self.released.append((pod, node, hostname, gated))
+
+    def pod_event(self, pod: str, reason: str, message: str, warning: bool) -> None:
+        self.pod_events.append((pod, reason, message, warning))
+
+    def partition_event(self, node: str, reason: str, message: str, warning: bool) -> None:
+        self.node_events.append((node, reason, message, warning))
+
+    def policy_status(self, name: str, status: PartitionPolicyStatus) -> None:
+        self.policy_statuses.append((name, status))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def node(name: str, allocatable: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                                                  "gpu": "a100"}},
+            "spec": {}, "status": {"allocatable": allocatable or {}}}
+
+
+def partition(name: str, slices: list[dict[str, Any]], *, plan: str | None = None,
+              applied: str | None = None, mig: bool = True) -> dict[str, Any]:
+    return {"metadata": {"name": name, "generation": 1},
+            "spec": {"planId": plan} if plan else {},
+            "status": {"appliedPlanId": applied, "gpus": [{
+                "index": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+                "name": "NVIDIA A100-SXM4-80GB", "model": "A100-80GB",
+                "pciDeviceId": "0x20B210DE", "mode": "mig" if mig else "none",
+                "migMode": {"current": mig, "pending": mig}, "slices": slices}]}}
+
+
+def pod(name: str, resource: str = "nvidia.com/mig-1g.10gb", count: int = 1, *,
+        gated: bool = True, node_name: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "resources": {
+        "limits": {resource: str(count)}}}]}
+    if gated:
+        spec["schedulingGates"] = [{"name": GATE}]
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"metadata": {"namespace": "ml", "name": name,
+                         "creationTimestamp": "2026-12-02T10:00:00Z"},
+            "spec": spec, "status": {"phase": "Pending"}}
+
+
+DYNAMIC = {"metadata": {"name": "a100-dynamic", "generation": 1},
+           "spec": {"nodeSelector": {"matchLabels": {"gpu": "a100"}}, "mode": "dynamic"}}
+
+
+def setup() -> tuple[ClusterCache, Recorder, Controller, Clock]:
+    cache = ClusterCache()
+    recorder = Recorder(cache)
+    clock = Clock()
+    controller = Controller(cache, recorder, ControllerSettings(batch_idle_s=0.5,
+                                                                batch_max_s=3.0),
+                            clock=clock, wall_clock=clock)
+    cache.put("partitionpolicy", "ADDED", DYNAMIC)
+    return cache, recorder, controller, clock
+
+
+def test_pending_pods_are_batched_then_planned_then_released_when_capacity_shows() -> None:
+    cache, recorder, controller, clock = setup()
+    cache.put("node", "ADDED", node("node-a"))
+    cache.put("nodepartition", "ADDED", partition("node-a", []))
+    cache.put("pod", "ADDED", pod("p1"))
+    controller.tick()
+    assert recorder.specs == [], "the batch window is still open"
+    cache.put("pod", "ADDED", pod("p2"))
+    clock.now += 0.3
+    controller.tick()
+    assert recorder.specs == [], "a new pod keeps the window open"
+    clock.now += 0.6
+    controller.tick()
+    (written,) = [s for n, s in recorder.specs if n == "node-a"]
+    slices = {(s.profile, s.start) for s in written.gpus[0].slices}
+    assert [p for p, _ in slices] == ["1g.10gb", "1g.10gb"]
+    events = {e[0]: e for e in recorder.pod_events}
+    assert events["ml/p1"][1] == "Placed"
+    assert events["ml/p1"][2].startswith("creating 1g.10gb on node-a GPU 0 for this pod")
+    assert recorder.released == [], "not before the agent reports the plan"
+
+    # The agent applies the plan; the kubelet advertises the slices a moment later.
+    applied = partition("node-a", [{"profile": "1g.10gb", "start": s, "gpuInstanceId": 7 + s,
+                                    "uuid": f"MIG-{s:08d}-0000-5000-0000-000000000000"}
+                                   for _, s in sorted(slices)],
+                        plan=written.plan_id, applied=written.plan_id)
+    cache.put("nodepartition", "MODIFIED", applied)
+    clock.now += 1
+    controller.tick()
+    assert recorder.released == [], "allocatable does not show the slices yet"
+    cache.put("node", "MODIFIED", node("node-a", {"nvidia.com/mig-1g.10gb": "1"}))
+    controller.tick()
+    assert recorder.released == [("ml/p1", "node-a", "node-a", True)], \
+        "never more pods released than the node has free slices"
+    cache.put("node", "MODIFIED", node("node-a", {"nvidia.com/mig-1g.10gb": "2"}))
+    controller.tick()
+    assert [r[0] for r in recorder.released] == ["ml/p1", "ml/p2"]
+
+
+def test_a_pod_that_fits_a_free_slice_is_released_without_a_new_plan() -> None:
+    cache, recorder, controller, clock = setup()
+    cache.put("node", "ADDED", node("node-a", {"nvidia.com/mig-3g.40gb": "1"}))
+    cache.put("nodepartition", "ADDED", partition("node-a", [
+        {"profile": "3g.40gb", "start": 4, "gpuInstanceId": 2,
+         "uuid": "MIG-00000002-0000-5000-0000-000000000000"}]))
+    cache.put("pod", "ADDED", pod("fits", "nvidia.com/mig-3g.40gb"))
+    controller.tick()
+    clock.now += 1
+    controller.tick()
+    assert recorder.specs == []
+    assert recorder.released == [("ml/fits", "node-a", "node-a", True)]
+    assert recorder.pod_events[0][2] == "free 3g.40gb on node-a GPU 0 for this pod"
+
+
+def test_a_pod_that_cannot_fit_gets_a_warning_with_the_reason() -> None:
+    cache, recorder, controller, clock = setup()
+    cache.put("node", "ADDED", node("node-a"))
+    cache.put("nodepartition", "ADDED", partition("node-a", [
+        {"profile": "1g.10gb", "start": 0, "gpuInstanceId": 7, "allocated": True,
+         "pods": ["ml/old"], "uuid": "MIG-00000007-0000-5000-0000-000000000000"}]))
+    cache.put("pod", "ADDED", pod("big", "nvidia.com/mig-7g.80gb"))
+    controller.tick()
+    clock.now += 1
+    controller.tick()
+    (event,) = recorder.pod_events
+    assert event[:2] == ("ml/big", "NoGPUFit")
+    assert event[3] is True
+    assert "7g.80gb" in event[2]
+    controller.tick()
+    assert len(recorder.pod_events) == 1, "the same reason is not repeated"
+
+
+def test_nodes_with_a_plan_in_flight_are_not_planned_over() -> None:
+    cache, recorder, controller, clock = setup()
+    cache.put("node", "ADDED", node("node-a"))
+    cache.put("nodepartition", "ADDED", partition("node-a", [], plan="x-1", applied="x-0"))
+    cache.put("pod", "ADDED", pod("p1"))
+    controller.tick()
+    clock.now += 1
+    controller.tick()
+    assert recorder.specs == []
+    assert recorder.pod_events[0][1] == "NoGPUFit"
+    clock.now += 200
+    controller.tick()
+    assert recorder.node_events[-1][1] == "PlanTimedOut"
+
+
+def test_a_static_policy_is_written_and_restored_after_an_edit() -> None:
+    cache = ClusterCache()
+    recorder = Recorder(cache)
+    clock = Clock()
+    controller = Controller(cache, recorder, clock=clock, wall_clock=clock)
+    cache.put("partitionpolicy", "ADDED", {
+        "metadata": {"name": "all-1g", "generation": 3},
+        "spec": {"nodeSelector": {"matchLabels": {"gpu": "a100"}}, "mode": "static",
+                 "static": [{"deviceFilter": ["0x20B210DE"], "migDevices": {"1g.10gb": 7}}]}})
+    cache.put("node", "ADDED", node("node-a"))
+    cache.put("nodepartition", "ADDED", partition("node-a", []))
+    controller.tick()
+    (first,) = recorder.specs
+    assert first[1].gpus[0].mode == "mig"
+    assert [s.start for s in first[1].gpus[0].slices] == list(range(7))
+    edited = partition("node-a", [], plan=first[1].plan_id, applied=first[1].plan_id)
+    edited["spec"]["gpus"] = [{"index": 0, "mode": "none"}]
+    cache.put("nodepartition", "MODIFIED", edited)
+    controller.tick()
+    assert len(recorder.specs) == 2
+    assert recorder.specs[1][1].gpus == first[1].gpus
+    (name, status) = recorder.policy_statuses[0]
+    assert (name, status.matched_nodes) == ("all-1g", ["node-a"])
+
+
+def test_nodes_no_policy_selects_are_left_alone() -> None:
+    cache = ClusterCache()
+    recorder = Recorder(cache)
+    controller = Controller(cache, recorder, clock=Clock(), wall_clock=Clock())
+    cache.put("node", "ADDED", node("node-a"))
+    cache.put("nodepartition", "ADDED", partition("node-a", [], mig=False))
+    cache.put("pod", "ADDED", pod("p1"))
+    controller.tick()
+    controller.state.batch_opened = -1e9
+    controller.tick()
+    assert recorder.specs == []
+    assert recorder.pod_events[0][1] == "NoGPUFit"
