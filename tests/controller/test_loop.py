@@ -23,11 +23,12 @@ class Recorder:
         self.policy_statuses: list[tuple[str, PartitionPolicyStatus]] = []
 
     def write_spec(self, node: str, spec: NodePartitionSpec,
-                   current: NodePartition | None) -> None:
+                   current: NodePartition | None) -> bool:
         self.specs.append((node, spec))
         raw = (current.to_wire() if current else {"metadata": {"name": node}})
         raw["spec"] = spec.to_wire()
         self.cache.put("nodepartition", "MODIFIED", raw)
+        return True
 
     def release_pod(self, pod: str, node: str, hostname: str, gated: bool) -> None:
         self.released.append((pod, node, hostname, gated))

@@ -52,7 +52,9 @@ RawObject = Mapping[str, Any]
 
 class Writer(Protocol):
     def write_spec(self, node: str, spec: NodePartitionSpec,
-                   current: NodePartition | None) -> None: ...
+                   current: NodePartition | None) -> bool:
+        """False when the write lost a race (someone changed it first): plan again."""
+        ...
 
     def release_pod(self, pod: str, node: str, hostname: str, gated: bool) -> None: ...
 
@@ -238,7 +240,8 @@ class Controller:
 
     def _write(self, node: str, spec: NodePartitionSpec, partition: NodePartition | None,
                reason: str, now: float) -> None:
-        self.writer.write_spec(node, spec, partition)
+        if not self.writer.write_spec(node, spec, partition):
+            return
         self.state.written[node] = (spec.plan_id or "", now)
         for gpu in spec.gpus:
             if gpu.index is not None:

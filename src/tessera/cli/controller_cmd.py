@@ -1,0 +1,52 @@
+"""``tessera controller``: the cluster-wide operator that repartitions for pending GPU pods."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+from tessera.controller import operator
+from tessera.controller.loop import ControllerSettings
+from tessera.kube.config import api_client
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "controller", help="run the controller (kopf operator)",
+        description="Watch pending GPU pods, plan MIG layouts, write NodePartition specs, and "
+        "release each pod once its slice is advertised. Run two replicas: a Lease elects "
+        "the one that plans.")
+    parser.add_argument("--kubeconfig", default=None,
+                        help="kubeconfig file (default: in-cluster service account)")
+    parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "tessera"),
+                        help="namespace of the leader Lease and of node-level Events")
+    parser.add_argument("--metrics-port", type=int, default=9401)
+    parser.add_argument("--batch-idle-seconds", type=float, default=0.5,
+                        help="close a batch after this long without a new pending pod")
+    parser.add_argument("--batch-max-seconds", type=float, default=3.0,
+                        help="close a batch at the latest this long after it opened")
+    parser.add_argument("--plan-timeout-seconds", type=float, default=120.0,
+                        help="give up waiting for an agent to report a plan after this long")
+    parser.add_argument("--solver", choices=["fast", "exact"], default="fast")
+    parser.add_argument("--identity", default=os.environ.get("POD_NAME"),
+                        help="this replica's name in the leader Lease")
+    parser.add_argument("--log-level", default="INFO")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), stream=sys.stderr,
+        format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'
+               '"message":"%(message)s"}')
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it
+    settings = ControllerSettings(batch_idle_s=args.batch_idle_seconds,
+                                  batch_max_s=args.batch_max_seconds,
+                                  plan_timeout_s=args.plan_timeout_seconds, solver=args.solver)
+    operator.run(api_client(args.kubeconfig), namespace=args.namespace, settings=settings,
+                 metrics_port=args.metrics_port, identity=args.identity)
+    return 0

@@ -1,0 +1,202 @@
+"""The controller process: kopf watches fill a cache, one thread ticks the decision loop.
+
+kopf delivers every Pod, Node, NodePartition and PartitionPolicy event to :class:`ClusterCache`;
+the decision loop (:class:`~tessera.controller.loop.Controller`) runs only on the replica that
+holds the leader Lease, so two replicas never write plans at once, and a new leader rebuilds
+what it needs from the cluster itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from typing import Any
+
+import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from tessera.api.v1alpha1 import (
+    API_VERSION,
+    GROUP,
+    VERSION,
+    NodePartition,
+    NodePartitionSpec,
+    ObjectMeta,
+    PartitionPolicyStatus,
+)
+from tessera.controller.demand import GATE
+from tessera.controller.loop import ClusterCache, Controller, ControllerSettings
+from tessera.kube.events import EventRecorder
+from tessera.kube.leases import LeaderElector
+from tessera.kube.partitions import NodePartitions
+from tessera.kube.pods import Pods
+
+__all__ = ["ApiWriter", "ControllerMetrics", "build_registry", "run"]
+
+log = logging.getLogger(__name__)
+
+
+class ControllerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.pending = Gauge("tessera_controller_pending_gpu_pods",
+                             "GPU pods waiting for capacity", registry=r)
+        self.leader = Gauge("tessera_controller_leader", "1 on the replica that plans",
+                            registry=r)
+        self.plans = Counter("tessera_controller_plans_total", "Planner runs", registry=r)
+        self.planning = Histogram("tessera_controller_planning_seconds", "Planner run time",
+                                  buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
+                                  registry=r)
+        self.created = Counter("tessera_controller_slices_created_total",
+                               "Slices the plans create", registry=r)
+        self.destroyed = Counter("tessera_controller_slices_destroyed_total",
+                                 "Free slices the plans destroy", registry=r)
+        self.placed = Counter("tessera_controller_pods_placed_total",
+                              "Pods the planner placed", registry=r)
+        self.unplaced = Gauge("tessera_controller_pods_unplaced",
+                              "Pods the last plan could not place", registry=r)
+        self.released = Counter("tessera_controller_pods_released_total",
+                                "Pods pinned and released to the scheduler", registry=r)
+
+    def record_tick(self, pending: int, leader: bool) -> None:
+        self.pending.set(pending)
+        self.leader.set(1 if leader else 0)
+
+    def record_plan(self, seconds: float, placed: int, unplaced: int, created: int,
+                    destroyed: int) -> None:
+        self.plans.inc()
+        self.planning.observe(seconds)
+        self.placed.inc(placed)
+        self.unplaced.set(unplaced)
+        self.created.inc(created)
+        self.destroyed.inc(destroyed)
+
+    def record_release(self) -> None:
+        self.released.inc()
+
+
+class ApiWriter:
+    """The controller's writes, through the API server."""
+
+    def __init__(self, api: client.ApiClient, events: EventRecorder) -> None:
+        self._partitions = NodePartitions(api)
+        self._pods = Pods(api)
+        self._custom = client.CustomObjectsApi(api)
+        self._events = events
+
+    def write_spec(self, node: str, spec: NodePartitionSpec,
+                   current: NodePartition | None) -> bool:
+        try:
+            if current is None:
+                self._partitions.create(NodePartition(metadata=ObjectMeta(name=node),
+                                                      spec=spec))
+            else:
+                self._partitions.write_spec(current.model_copy(update={"spec": spec}))
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                log.info("NodePartition %s changed under the plan (%s); planning again", node,
+                         exc.status)
+                return False
+            raise
+        return True
+
+    def release_pod(self, pod: str, node: str, hostname: str, gated: bool) -> None:
+        namespace, name = pod.split("/", 1)
+        if self._pods.release(namespace, name, GATE, ("kubernetes.io/hostname", hostname),
+                              gated):
+            self._events.record(kind="Pod", name=name, namespace=namespace, api_version="v1",
+                                reason="Released", message=f"pinned to {node}; its GPU "
+                                "capacity is there", dedupe_s=0)
+
+    def pod_event(self, pod: str, reason: str, message: str, warning: bool) -> None:
+        namespace, name = pod.split("/", 1)
+        self._events.record(kind="Pod", name=name, namespace=namespace, api_version="v1",
+                            reason=reason, message=message, warning=warning)
+
+    def partition_event(self, node: str, reason: str, message: str, warning: bool) -> None:
+        self._events.record(kind="NodePartition", name=node, api_version=API_VERSION,
+                            reason=reason, message=message, warning=warning)
+
+    def policy_status(self, name: str, status: PartitionPolicyStatus) -> None:
+        body = {"status": status.model_dump(by_alias=True, exclude_none=True, mode="json")}
+        try:
+            self._custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, "partitionpolicies", name, body)
+        except ApiException as exc:
+            log.warning("could not write PartitionPolicy %s status: %s", name, exc.reason)
+
+
+def build_registry(cache: ClusterCache) -> kopf.OperatorRegistry:
+    """kopf handlers that only feed the cache; every decision is the loop's."""
+    registry = kopf.OperatorRegistry()
+
+    def feeder(kind: str) -> Any:
+        def handler(event: dict[str, Any], **_: Any) -> None:
+            cache.put(kind, event.get("type") or "ADDED", event["object"])
+        return handler
+
+    kopf.on.event("", "v1", "pods", registry=registry)(feeder("pod"))
+    kopf.on.event("", "v1", "nodes", registry=registry)(feeder("node"))
+    kopf.on.event(GROUP, VERSION, "nodepartitions", registry=registry)(feeder("nodepartition"))
+    kopf.on.event(GROUP, VERSION, "partitionpolicies", registry=registry)(
+        feeder("partitionpolicy"))
+    return registry
+
+
+def _loop(controller: Controller, elector: LeaderElector, metrics: ControllerMetrics,
+          stop: threading.Event, tick_s: float) -> None:
+    leading = False
+    while not stop.is_set():
+        if elector.is_leader():
+            leading = True
+            try:
+                controller.tick()
+            except ApiException as exc:
+                log.error("API error in the decision loop: %s %s", exc.status, exc.reason)
+            except Exception:
+                log.exception("decision loop failed")
+        else:
+            if leading:
+                log.warning("no longer the leader: forgetting in-memory decisions")
+                controller.reset()
+            leading = False
+            metrics.record_tick(0, False)
+        controller.cache.changed.wait(tick_s)
+        controller.cache.changed.clear()
+
+
+def run(api: client.ApiClient, *, namespace: str, settings: ControllerSettings,
+        metrics_port: int = 0, tick_s: float = 0.2, identity: str | None = None,
+        lease_name: str = "tessera-controller") -> None:
+    cache = ClusterCache()
+    metrics = ControllerMetrics()
+    if metrics_port:
+        start_http_server(metrics_port, registry=metrics.registry)
+    writer = ApiWriter(api, EventRecorder(api, "controller", namespace))
+    controller = Controller(cache, writer, settings, metrics=metrics)
+    me = identity or f"{socket.gethostname()}-{os.getpid()}"
+    elector = LeaderElector(api, namespace, lease_name, me)
+    stop = threading.Event()
+    registry = build_registry(cache)
+
+    @kopf.on.startup(registry=registry)
+    def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.scanning.disabled = True
+        settings.posting.enabled = False
+        settings.watching.server_timeout = 120
+
+    elector.start()
+    worker = threading.Thread(target=_loop, args=(controller, elector, metrics, stop, tick_s),
+                              name="decision-loop", daemon=True)
+    worker.start()
+    try:
+        kopf.run(registry=registry, clusterwide=True, standalone=True)
+    finally:
+        stop.set()
+        worker.join(5)
+        elector.stop()

@@ -1,0 +1,56 @@
+"""Pod writes the controller makes: pin a pod to its node and lift Tessera's scheduling gate.
+
+While a pod is gated its scheduling directives may still be tightened (Kubernetes allows adding
+a nodeSelector to a gated pod), so pinning and ungating go in one JSON patch, guarded by a test
+of the gate's position: the pod is either released onto the planned node or left as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+__all__ = ["Pods"]
+
+
+class Pods:
+    def __init__(self, api: client.ApiClient) -> None:
+        self._core = client.CoreV1Api(api)
+
+    def release(self, namespace: str, name: str, gate: str, node_label: tuple[str, str],
+                gated: bool) -> bool:
+        """Pin and ungate; False if the pod is gone or no longer carries the gate."""
+        try:
+            pod = self._core.read_namespaced_pod(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        spec = pod.spec or client.V1PodSpec(containers=[])
+        gates = [g.name for g in (spec.scheduling_gates or [])]
+        ops: list[dict[str, Any]] = []
+        key, value = node_label
+        if gated:
+            if gate not in gates:
+                return False
+            if spec.node_selector is None:
+                ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {key: value}})
+            else:
+                escaped = key.replace("~", "~0").replace("/", "~1")
+                ops.append({"op": "add", "path": f"/spec/nodeSelector/{escaped}",
+                            "value": value})
+            position = gates.index(gate)
+            ops.append({"op": "test", "path": f"/spec/schedulingGates/{position}/name",
+                        "value": gate})
+            ops.append({"op": "remove", "path": f"/spec/schedulingGates/{position}"})
+        if not ops:
+            return True  # not gated: the scheduler places it once the capacity shows
+        try:
+            self._core.patch_namespaced_pod(name, namespace, ops)
+        except ApiException as exc:
+            if exc.status in (404, 409, 422):
+                return False
+            raise
+        return True
