@@ -22,14 +22,18 @@ import pytest
 from tessera.agent.apply import run_step
 from tessera.agent.mps import MpsError, MpsManager
 from tessera.agent.reconcile import StartMps, StopMps
+from tessera.agent.reconciler import Reconciler
+from tessera.api.v1alpha1 import GpuSpec, MpsSpec
 from tessera.core.errors import InvalidInputError
-from tessera.testing import mps_control
+from tessera.testing import Container, Pod, mps_control
 from tessera.testing.mps_control import (
     ALREADY_RUNNING,
     REGISTRY_ENV,
     kill_registered,
     recorded_commands,
 )
+
+from .conftest import AgentNode, partition
 
 GPU0 = "GPU-11111111-2222-3333-4444-555555555555"
 GPU1 = "GPU-66666666-7777-8888-9999-000000000000"
@@ -391,3 +395,33 @@ def test_the_stand_in_client_without_a_daemon_fails(standin: StandIn) -> None:
     done = standin.control(GPU0, "get_server_list")
     assert done.returncode == 1
     assert "Cannot find MPS control daemon" in done.stderr
+
+
+def test_a_gpu_in_mps_mode_runs_a_daemon_and_advertises_its_shares(
+    agent_node: AgentNode, manager: MpsManager,
+) -> None:
+    """End to end on the agent: spec mode mps -> daemon started -> shares on ListAndWatch."""
+    reconciler = Reconciler(agent_node.runtime, manager)
+    spec = partition(GpuSpec(index=2, mode="mps", mps=MpsSpec(shares=4)))
+    result = reconciler.reconcile(spec)
+    applied = next(c for c in result.status.conditions if c.type == "Applied")
+    assert applied.status == "True", applied.message
+    observed = result.status.gpus[2]
+    assert observed.mode == "mps"
+    assert observed.mps is not None
+    assert (observed.mps.shares, observed.mps.daemon) == (4, "Running")
+    agent_node.kubelet.wait_until(
+        lambda k: k.allocatable().get("nvidia.com/gpu.shared") == 4, timeout=10,
+        what="four MPS shares advertised")
+    pod = Pod("ml", "small", (Container("main", {"nvidia.com/gpu.shared": 1}),))
+    agent_node.kubelet.admit(pod)
+    envs = agent_node.kubelet.run_options(pod, "main").envs
+    assert envs["CUDA_MPS_PIPE_DIRECTORY"] == observed.mps.pipe_directory
+    assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    back = reconciler.reconcile(partition(GpuSpec(index=2, mode="none"), generation=2))
+    blocked = next(c for c in back.status.conditions if c.type == "Blocked")
+    assert "runs MPS for ml/small" in blocked.message, "a held share keeps the daemon"
+    agent_node.kubelet.remove_pod(pod.uid)
+    done = reconciler.reconcile(partition(GpuSpec(index=2, mode="none"), generation=2))
+    assert next(c for c in done.status.conditions if c.type == "Applied").status == "True"
+    assert manager.status() == {}

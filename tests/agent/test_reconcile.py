@@ -7,6 +7,7 @@ from tessera.agent.reconcile import (
     CompleteSlice,
     CreateSlice,
     DestroySlice,
+    MpsTarget,
     SetMigMode,
     StartMps,
     StopMps,
@@ -161,8 +162,14 @@ def test_mps_starts_on_a_whole_gpu_and_stops_when_the_mode_changes() -> None:
     spec = node_spec(GpuSpec(index=0, mode="mps", mps=MpsSpec(shares=4)))
     whole = NodeObservation((gpu(mig=False),))
     assert plan_node(spec, whole).steps == [StartMps(0, whole.gpus[0].info.uuid, 4, 25, 20480)]
-    running = frozenset({whole.gpus[0].info.uuid})
+    running = {whole.gpus[0].info.uuid: MpsTarget(4, 25, 20480)}
     assert plan_node(spec, whole, running).settled
+    other = {whole.gpus[0].info.uuid: MpsTarget(2, 50, 40960)}
+    assert plan_node(spec, whole, other).steps == [
+        StartMps(0, whole.gpus[0].info.uuid, 4, 25, 20480)], "new settings restart the daemon"
+    held = NodeObservation((gpu(mig=False, pods=("ml/a",)),))
+    assert plan_node(spec, held, other).gpus[0].blocked == [
+        "GPU 0: new MPS settings wait until no pod holds a share (ml/a)"]
     back = plan_node(node_spec(mig_spec("7g.80gb@0")), whole, running)
     assert back.steps == [StopMps(0, whole.gpus[0].info.uuid)]
 

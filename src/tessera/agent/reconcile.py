@@ -16,6 +16,7 @@ slices are planned, so the agent loops observe -> plan -> apply until nothing is
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tessera.agent.observation import GpuObservation, NodeObservation, ObservedInstance
@@ -234,7 +235,9 @@ def _plan_whole(plan: GpuPlan, gpu: GpuObservation) -> bool:
 
 
 def plan_gpu(spec_index: int, spec: GpuSpec, observed: NodeObservation,
-             mps_running: frozenset[str] = frozenset()) -> GpuPlan:
+             mps_running: Mapping[str, MpsTarget] | None = None) -> GpuPlan:
+    """``mps_running``: the settings of each GPU's running MPS daemon, by GPU UUID."""
+    mps_running = mps_running or {}
     where = f"spec.gpus[{spec_index}]"
     plan = GpuPlan(spec_index=spec_index, gpu=spec.index)
     try:
@@ -275,14 +278,20 @@ def plan_gpu(spec_index: int, spec: GpuSpec, observed: NodeObservation,
     else:
         assert mps is not None
         plan.mps = mps
-        if _plan_whole(plan, gpu) and gpu.info.uuid not in mps_running:
+        running = mps_running.get(gpu.info.uuid)
+        if _plan_whole(plan, gpu) and running != mps:
+            if running is not None and gpu.pods:
+                plan.blocked.append(
+                    f"GPU {gpu.index}: new MPS settings wait until no pod holds a share "
+                    f"({', '.join(gpu.pods)})")
+                return plan
             plan.steps.append(StartMps(gpu.index, gpu.info.uuid, mps.shares,
                                        mps.thread_percentage, mps.memory_mib))
     return plan
 
 
 def plan_node(spec: NodePartitionSpec, observed: NodeObservation,
-              mps_running: frozenset[str] = frozenset()) -> NodePlan:
+              mps_running: Mapping[str, MpsTarget] | None = None) -> NodePlan:
     """One phase of steps for every GPU the spec names; duplicates are Invalid."""
     node = NodePlan()
     claimed: dict[int, int] = {}

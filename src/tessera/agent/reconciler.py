@@ -13,10 +13,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from tessera.agent.advertising import MpsAdvert
 from tessera.agent.apply import MpsControl, Outcome, apply_steps, run_step
 from tessera.agent.node import NodeRuntime
-from tessera.agent.reconcile import NodePlan, Step, plan_node
+from tessera.agent.observation import NodeObservation
+from tessera.agent.reconcile import MpsTarget, NodePlan, Step, plan_node
 from tessera.agent.status import build_status
 from tessera.api.v1alpha1 import MpsStatus, NodePartition, NodePartitionStatus
 
@@ -38,15 +41,38 @@ class ReconcileResult:
     seconds: float = 0.0
 
 
+def _running(status: dict[str, MpsStatus]) -> dict[str, MpsTarget]:
+    return {uuid: MpsTarget(s.shares, s.thread_percentage, s.memory_mi_b)
+            for uuid, s in status.items()}
+
+
+class MpsService(MpsControl, Protocol):
+    """The MPS daemons' side the reconciler needs (:class:`tessera.agent.mps.MpsManager`)."""
+
+    def check(self) -> list[str]: ...
+
+    def status(self) -> dict[str, MpsStatus]: ...
+
+    def adverts(self) -> dict[str, MpsAdvert]: ...
+
+
 class Reconciler:
-    def __init__(self, runtime: NodeRuntime, mps: MpsControl | None = None,
-                 mps_status: Callable[[], dict[str, MpsStatus]] | None = None,
+    def __init__(self, runtime: NodeRuntime, mps: MpsService | None = None, *,
                  max_rounds: int = 6, clock: Callable[[], str] = utc_now) -> None:
         self.runtime = runtime
         self.mps = mps
-        self._mps_status = mps_status or (lambda: {})
         self.max_rounds = max_rounds
         self._clock = clock
+
+    def _mps_status(self) -> dict[str, MpsStatus]:
+        return self.mps.status() if self.mps is not None else {}
+
+    def _observe(self) -> NodeObservation:
+        """Observe, with MPS daemons checked (restarted if dead) and their shares published."""
+        if self.mps is None:
+            return self.runtime.refresh()
+        self.mps.check()
+        return self.runtime.refresh(mps=self.mps.adverts())
 
     def _run(self, step: Step) -> Outcome:
         return run_step(self.runtime.backend, self.runtime, self.mps, step)
@@ -59,8 +85,8 @@ class Reconciler:
         last_round: list[Outcome] = []
         retries = 2  # rounds that only met NVML errors, retried after observing again
         for _ in range(self.max_rounds):
-            observation = self.runtime.refresh()
-            plan = plan_node(spec, observation, frozenset(self._mps_status()))
+            observation = self._observe()
+            plan = plan_node(spec, observation, _running(self._mps_status()))
             if not plan.steps:
                 break
             last_round = apply_steps(plan.steps, self._run)
@@ -72,9 +98,9 @@ class Reconciler:
                 retries -= 1  # IN_USE / INSUFFICIENT_RESOURCES: the card may have moved on
                 continue
             break  # no progress: blocked or pending; the next change or tick tries again
-        observation = self.runtime.refresh()
+        observation = self._observe()
         mps_status = self._mps_status()
-        plan = plan_node(spec, observation, frozenset(mps_status))
+        plan = plan_node(spec, observation, _running(mps_status))
         status = build_status(
             generation=partition.metadata.generation,
             plan_id=spec.plan_id,

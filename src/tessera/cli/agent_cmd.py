@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from tessera.agent.metrics import AgentMetrics
+from tessera.agent.mps import MpsManager
 from tessera.agent.node import NodeRuntime, RuntimeSettings
 from tessera.agent.reconciler import Reconciler
 from tessera.agent.runner import AgentRunner
@@ -51,6 +52,25 @@ def _node_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO")
 
 
+def _mps_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mps-root", default=None,
+                        help="host directory for MPS pipe/log dirs, one per device "
+                        "(e.g. /run/tessera/mps); unset: MPS mode is refused")
+    parser.add_argument("--mps-control", default="nvidia-cuda-mps-control",
+                        help="the MPS control binary")
+    parser.add_argument("--mps-shm-dir", default=None,
+                        help="host directory mounted at /dev/shm in MPS clients")
+
+
+def _mps(args: argparse.Namespace) -> MpsManager | None:
+    if not args.mps_root:
+        return None
+    manager = MpsManager(Path(args.mps_root), args.mps_control,
+                         shm_directory=args.mps_shm_dir)
+    manager.recover()  # an agent restart must not kill running MPS clients
+    return manager
+
+
 def _settings(args: argparse.Namespace) -> RuntimeSettings:
     strategies = tuple(DeviceListStrategy(s.strip()) for s in
                        args.device_list_strategy.split(",") if s.strip())
@@ -77,6 +97,7 @@ def register(commands: Any) -> None:
         "the device plugins, report status. --once --spec-file applies a spec without a "
         "cluster and prints the resulting status.")
     _node_flags(agent)
+    _mps_flags(agent)
     agent.add_argument("--once", action="store_true", help="apply once and print the status")
     agent.add_argument("--spec-file", help="a NodePartition (YAML/JSON) to apply with --once")
     agent.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
@@ -129,7 +150,7 @@ def run_agent(args: argparse.Namespace) -> int:
     backend = open_backend(args.nvml)
     runtime = NodeRuntime(backend, _settings(args))
     try:
-        result = Reconciler(runtime).reconcile(partition)
+        result = Reconciler(runtime, _mps(args)).reconcile(partition)
     finally:
         runtime.stop()
         backend.close()
@@ -149,7 +170,8 @@ def _run_connected(args: argparse.Namespace) -> int:
     metrics = AgentMetrics()
     if args.metrics_port:
         metrics.serve(args.metrics_port)
-    runner = AgentRunner(args.node_name, runtime, Reconciler(runtime), NodePartitions(api),
+    runner = AgentRunner(args.node_name, runtime, Reconciler(runtime, _mps(args)),
+                         NodePartitions(api),
                          events=EventRecorder(api, "agent", args.event_namespace),
                          metrics=metrics, resync_s=args.resync_seconds)
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
