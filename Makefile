@@ -39,7 +39,7 @@ pytest: $(STAMP)
 	$(BIN)/pytest -q
 
 demo: $(STAMP)
-	$(BIN)/tessera catalogue
+	$(BIN)/tessera simulate --cluster 4x8xA100-SXM4-80GB --report simulation-report.html
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

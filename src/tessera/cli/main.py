@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from tessera import __version__
-from tessera.cli import agent_cmd, catalogue_cmd, controller_cmd, dev_cmd, plan_cmd
+from tessera.cli import agent_cmd, catalogue_cmd, controller_cmd, dev_cmd, plan_cmd, simulate_cmd
 from tessera.core.errors import TesseraError
 
 EXIT_USAGE = 2
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     catalogue_cmd.register(commands)
     plan_cmd.register(commands)
+    simulate_cmd.register(commands)
     agent_cmd.register(commands)
     controller_cmd.register(commands)
     dev_cmd.register(commands)

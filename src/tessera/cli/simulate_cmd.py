@@ -1,0 +1,180 @@
+"""``tessera simulate``: what-if replay of a workload on a simulated cluster, policy by policy.
+
+Every policy runs through the same event loop (:mod:`tessera.sim.engine`) on the same jobs;
+the table goes to stdout, the HTML report to ``--report`` (its path is printed), and a rich
+progress bar to stderr while it runs (``--no-progress`` to silence it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tessera.core.errors import InvalidInputError
+from tessera.sim.cluster import ClusterSpec, load_cluster
+from tessera.sim.engine import RunResult, simulate
+from tessera.sim.policies import (
+    DEFAULT_BATCH_WINDOW_S,
+    DEFAULT_CAPACITY_LAG_S,
+    DEFAULT_RECONFIG_LATENCY_S,
+    DynamicPolicy,
+    FluidClusterPolicy,
+    FluidGpuPolicy,
+    GreedyPolicy,
+    SimPolicy,
+    StaticPolicy,
+)
+from tessera.sim.report import render_table, write_report
+from tessera.sim.static_mix import best_static_mix
+from tessera.sim.workload import (
+    DEFAULT_MAX_DURATION_S,
+    MAPPINGS,
+    Job,
+    load_trace,
+    offered_load,
+    poisson,
+    replay,
+    synthetic,
+)
+
+DEFAULT_POLICIES = "dynamic,greedy,static:all-balanced,static:all-7g,fluid:gpu"
+BUNDLED = "bundled"
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "simulate",
+        help="what-if replay of a workload trace under dynamic, static and greedy policies",
+        description="Replay a workload on a simulated cluster, event by event, once per "
+        "policy, and compare pods placed, waits, utilisation, fragmentation and "
+        "repartitions. See the README's Simulation section.",
+    )
+    parser.add_argument("--cluster", default="2x8xA100-80GB",
+                        help="NODESxGPUSxMODEL (e.g. 16x8xA100-SXM4-80GB) or a CLUSTER.json "
+                        "as for `tessera plan` (default 2x8xA100-80GB)")
+    parser.add_argument("--trace", default=BUNDLED,
+                        help="an openb pod_list CSV, 'bundled' (default: a 416-pod sample of "
+                        "openb default shipped with Tessera) or 'synthetic'")
+    parser.add_argument("--policies", default=DEFAULT_POLICIES,
+                        help="comma-separated: dynamic, greedy, static:<layout> (all-1g, "
+                        "all-2g, all-3g, all-4g, all-7g, all-balanced), static:best (best mix "
+                        f"in hindsight), fluid:gpu, fluid:cluster (default {DEFAULT_POLICIES})")
+    parser.add_argument("--arrivals", choices=("poisson", "replay"), default="poisson",
+                        help="poisson: trace order at the rate for --load (default); replay: "
+                        "the trace's own timestamps")
+    parser.add_argument("--load", type=float, default=1.3,
+                        help="offered load for poisson arrivals (default 1.3)")
+    parser.add_argument("--compress", type=float, default=1.0,
+                        help="replay: divide every time by this (same load, sooner)")
+    parser.add_argument("--rate-scale", type=float, default=1.0,
+                        help="replay: divide gaps between arrivals by this (more load)")
+    parser.add_argument("--mapping", choices=MAPPINGS, default="both",
+                        help="gpu_milli to profile: smallest covering compute and memory "
+                        "(both, default), compute only, or memory only")
+    parser.add_argument("--max-duration", type=float, default=DEFAULT_MAX_DURATION_S,
+                        help="cap on a pod's duration in seconds (default one day)")
+    parser.add_argument("--batch-window", type=float, default=DEFAULT_BATCH_WINDOW_S,
+                        help="seconds dynamic and greedy collect pods before planning")
+    parser.add_argument("--reconfig-latency", type=float, default=DEFAULT_RECONFIG_LATENCY_S,
+                        help="seconds per GPU-instance create/destroy")
+    parser.add_argument("--capacity-lag", type=float, default=DEFAULT_CAPACITY_LAG_S,
+                        help="seconds until the kubelet advertises a new slice")
+    parser.add_argument("--pods", type=int, default=2000, help="synthetic: number of pods")
+    parser.add_argument("--seed", type=int, default=1, help="arrivals and synthetic seed")
+    parser.add_argument("--report", type=Path, default=Path("simulation-report.html"),
+                        help="HTML report path (default simulation-report.html)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(run=run)
+
+
+def _workload(args: argparse.Namespace, cluster: ClusterSpec) -> tuple[tuple[Job, ...], float,
+                                                                        str]:
+    model = cluster.main_model
+    if args.trace == "synthetic":
+        rate = args.load * cluster.capacity / (600.0 * 2.6)  # mean compute of the default mix
+        jobs = synthetic(random.Random(args.seed), args.pods, model, rate=rate)
+        return jobs, max(j.arrival for j in jobs), f"synthetic, {args.pods} pods, seed {args.seed}"
+    if args.trace == BUNDLED:
+        source = resources.files("tessera.sim") / "data" / "openb_default_sample.csv"
+        with resources.as_file(source) as path:
+            rows = load_trace(Path(path))
+        label = "bundled openb default sample"
+    else:
+        rows = load_trace(Path(args.trace))
+        label = str(args.trace)
+    if not rows:
+        raise InvalidInputError("--trace", f"{label} has no GPU pods")
+    if args.arrivals == "replay":
+        jobs = replay(rows, model, mapping=args.mapping, compress=args.compress,
+                      rate_scale=args.rate_scale, max_duration=args.max_duration)
+        return jobs, max(j.arrival for j in jobs) or 1.0, f"{label}, replayed"
+    jobs, window = poisson(rows, model, capacity=cluster.capacity, load=args.load,
+                           seed=args.seed, mapping=args.mapping, max_duration=args.max_duration)
+    return jobs, window, f"{label}, Poisson arrivals in trace order, seed {args.seed}"
+
+
+def _policy(name: str, cluster: ClusterSpec, args: argparse.Namespace) -> SimPolicy | None:
+    timing = {"batch_window": args.batch_window, "reconfig_latency": args.reconfig_latency,
+              "capacity_lag": args.capacity_lag}
+    if name == "dynamic":
+        return DynamicPolicy(cluster, **timing)
+    if name == "greedy":
+        return GreedyPolicy(cluster, **timing)
+    if name == "fluid:gpu":
+        return FluidGpuPolicy(cluster)
+    if name == "fluid:cluster":
+        return FluidClusterPolicy(cluster)
+    if name == "static:best":
+        return None
+    if name.startswith("static:"):
+        return StaticPolicy.uniform(cluster, name.split(":", 1)[1])
+    raise InvalidInputError("--policies", f"unknown policy {name!r}",
+                            ("dynamic", "greedy", "static:<layout>", "static:best",
+                             "fluid:gpu", "fluid:cluster"))
+
+
+def run(args: argparse.Namespace) -> int:
+    cluster = load_cluster(args.cluster)
+    jobs, horizon, source = _workload(args, cluster)
+    names = [n.strip() for n in args.policies.split(",") if n.strip()]
+    policies = [(n, _policy(n, cluster, args)) for n in names]
+    results: list[RunResult] = []
+    with Progress(TextColumn("{task.description:<22}"), BarColumn(), TimeElapsedColumn(),
+                  disable=args.no_progress, console=None, transient=False) as bar:
+        for name, policy in policies:
+            task = bar.add_task(name, total=1.0)
+
+            def tick(done: float, task: Any = task) -> None:
+                bar.update(task, completed=done)
+
+            if policy is None:
+                results.append(best_static_mix(cluster, jobs, horizon).result)
+                tick(1.0)
+            else:
+                results.append(simulate(policy, jobs, capacity=cluster.capacity,
+                                        horizon=horizon, progress=tick))
+    details = [f"cluster: {cluster.describe()}", f"workload: {source}, {len(jobs)} pods, "
+               f"offered load {offered_load(jobs, cluster.capacity, horizon):.2f}, "
+               f"window {horizon / 3600:.2f} h",
+               f"dynamic/greedy: batch window {args.batch_window} s, reconfiguration "
+               f"{args.reconfig_latency} s per GPU-instance operation, capacity lag "
+               f"{args.capacity_lag} s", f"mapping: {args.mapping}"]
+    report = write_report(args.report, results, title="Tessera what-if simulation",
+                          details=details)
+    if args.json:
+        print(json.dumps({"details": details, "report": str(report),
+                          "policies": [r.summary() for r in results]}, indent=2))
+    else:
+        print("\n".join(details))
+        print(render_table(results))
+        print(f"report: {report}")
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,122 @@
+"""The simulation's outputs: a text table per policy and a self-contained HTML report.
+
+The report draws its plots as inline SVG (no plotting library, nothing fetched when it is
+opened): compute running over time per policy, and a few GPUs' layouts over time per policy
+(one strip per GPU, a band per slice over its memory slices, solid while held, pale while
+free).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from pathlib import Path
+
+from tessera.sim.engine import RunResult
+from tessera.sim.policies import Layout
+
+__all__ = ["render_table", "write_report"]
+
+_COLUMNS = ("policy", "placed", "on arrival", "served", "mean wait", "p95 wait", "frag",
+            "reparts", "+slices", "-slices")
+_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+            "#7f7f7f", "#bcbd22", "#17becf")
+_PROFILE_COLOUR = {"1": "#4e79a7", "2": "#f28e2b", "3": "#59a14f", "4": "#e15759",
+                   "7": "#76b7b2"}
+
+
+def _cells(r: RunResult) -> tuple[str, ...]:
+    return (r.policy, f"{r.placed}/{r.jobs}", str(r.placed_on_arrival),
+            f"{r.served_share:.1%}", f"{r.mean_wait:.0f} s", f"{r.p95_wait:.0f} s",
+            f"{r.fragmentation:.1%}", str(r.repartitions), str(r.created), str(r.destroyed))
+
+
+def render_table(results: Sequence[RunResult]) -> str:
+    """One row per policy: pods placed, waits (unplaced pods count until the end), compute
+    served and fragmentation as shares of the cluster, repartitions, slices made/destroyed."""
+    rows = [_COLUMNS, *(_cells(r) for r in results)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+             for row in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def _utilisation_svg(results: Sequence[RunResult], width: int = 760, height: int = 260) -> str:
+    left, top, plot_w, plot_h = 50, 10, width - 200, height - 40
+    horizon = max((r.horizon for r in results), default=1.0) or 1.0
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">',
+             f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" '
+             'stroke="#999"/>']
+    for frac in (0.0, 0.5, 1.0):
+        y = top + plot_h * (1 - frac)
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.0f}" font-size="11" '
+                     f'text-anchor="end">{frac:.0%}</text>')
+    parts.append(f'<text x="{left + plot_w}" y="{height - 8}" font-size="11" '
+                 f'text-anchor="end">{horizon / 3600:.1f} h</text>')
+    for k, r in enumerate(results):
+        colour = _PALETTE[k % len(_PALETTE)]
+        points = " ".join(f"{left + plot_w * t / horizon:.1f},{top + plot_h * (1 - u):.1f}"
+                          for t, u in r.utilisation)
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" '
+                     f'points="{points}"/>')
+        parts.append(f'<rect x="{left + plot_w + 12}" y="{top + 16 * k}" width="10" '
+                     f'height="10" fill="{colour}"/><text x="{left + plot_w + 26}" '
+                     f'y="{top + 16 * k + 9}" font-size="11">{html.escape(r.policy)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _layout_svg(samples: Sequence[tuple[float, Layout]], horizon: float,
+                width: int = 760, height: int = 64) -> str:
+    """One GPU over time: x is time, y the 8 memory slices; a band per slice run."""
+    plot_w, row = width - 60, height / 8
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">']
+    runs: list[tuple[float, float, Layout]] = []
+    for i, (t, shown) in enumerate(samples):
+        end = samples[i + 1][0] if i + 1 < len(samples) else horizon
+        if runs and runs[-1][2] == shown:
+            runs[-1] = (runs[-1][0], end, shown)
+        else:
+            runs.append((t, end, shown))
+    for begin, end, shown in runs:
+        x = plot_w * begin / (horizon or 1.0)
+        w = max(0.5, plot_w * (end - begin) / (horizon or 1.0))
+        for profile, start, size, held in shown:
+            colour = _PROFILE_COLOUR.get(profile.split("g", 1)[0], "#bab0ac")
+            parts.append(f'<rect x="{x:.1f}" y="{start * row:.1f}" width="{w:.1f}" '
+                         f'height="{size * row - 1:.1f}" fill="{colour}" '
+                         f'fill-opacity="{1.0 if held else 0.3}"><title>'
+                         f'{html.escape(profile)}@{start}</title></rect>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def write_report(path: Path, results: Sequence[RunResult], *, title: str,
+                 details: Sequence[str]) -> Path:
+    """Write the HTML report to ``path`` (parents created) and return it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in _COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(r)) + "</tr>"
+                   for r in results)
+    sections = [
+        f"<h1>{html.escape(title)}</h1>",
+        "<ul>" + "".join(f"<li>{html.escape(d)}</li>" for d in details) + "</ul>",
+        f"<table border='1' cellpadding='3'><tr>{head}</tr>{body}</table>",
+        "<h2>Compute running over time (share of the cluster)</h2>",
+        _utilisation_svg(results),
+        "<h2>GPU layouts over time</h2><p>Each strip is one GPU: time to the right, memory "
+        "slices 0-7 downwards; solid while a pod holds the slice, pale while free.</p>",
+    ]
+    for r in results:
+        if not r.layouts:
+            continue
+        sections.append(f"<h3>{html.escape(r.policy)}</h3>")
+        for gpu, samples in sorted(r.layouts.items()):
+            sections.append(f"<div>GPU {gpu}</div>{_layout_svg(samples, r.horizon)}")
+    page = ("<!doctype html><html><head><meta charset='utf-8'><title>"
+            f"{html.escape(title)}</title></head><body style='font-family:sans-serif'>"
+            + "\n".join(sections) + "</body></html>\n")
+    path.write_text(page)
+    return path

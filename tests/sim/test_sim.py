@@ -1,0 +1,245 @@
+"""The simulator: workload mapping and arrivals, the event loop's accounting, each policy's
+rules (static exact-profile slices, greedy's counts-without-placements failure, the planner's
+placements), the best static mix, and the report."""
+
+from __future__ import annotations
+
+import random
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from tessera.core import layout
+from tessera.core.catalogue import model
+from tessera.core.errors import InvalidInputError
+from tessera.sim.cluster import load_cluster, shorthand
+from tessera.sim.engine import RunResult, percentile, simulate
+from tessera.sim.policies import (
+    DynamicPolicy,
+    FluidClusterPolicy,
+    FluidGpuPolicy,
+    GreedyPolicy,
+    SimPolicy,
+    StaticPolicy,
+)
+from tessera.sim.report import render_table, write_report
+from tessera.sim.static_mix import best_static_mix, compositions, pool_served
+from tessera.sim.workload import (
+    Job,
+    load_trace,
+    map_request,
+    offered_load,
+    poisson,
+    replay,
+    synthetic,
+)
+
+A100 = model("A100-80GB")
+
+
+def _bundled() -> Path:
+    return Path(str(resources.files("tessera.sim") / "data" / "openb_default_sample.csv"))
+
+
+def _job(seq: int, at: float, profile: str, duration: float = 10.0, count: int = 1) -> Job:
+    return Job(seq, f"j{seq}", at, duration, ((profile, count),),
+               A100.profile(profile).compute_slices * count)
+
+
+def _all_policies(nodes: int = 1, gpus: int = 2) -> list[SimPolicy]:
+    cluster = shorthand(nodes, gpus, "A100-80GB")
+    return [DynamicPolicy(cluster), GreedyPolicy(cluster),
+            StaticPolicy.uniform(cluster, "all-balanced"), FluidGpuPolicy(cluster),
+            FluidClusterPolicy(cluster)]
+
+
+class TestWorkload:
+    @pytest.mark.parametrize(("milli", "both", "compute", "memory"), [
+        (110, "1g.10gb", "1g.10gb", "1g.10gb"),
+        (140, "1g.20gb", "1g.10gb", "1g.20gb"),
+        (230, "2g.20gb", "2g.20gb", "1g.20gb"),
+        (470, "4g.40gb", "4g.40gb", "3g.40gb"),
+        (550, "7g.80gb", "4g.40gb", "7g.80gb"),
+        (1000, "7g.80gb", "7g.80gb", "7g.80gb"),
+    ])
+    def test_smallest_profile_covering_the_share(self, milli: int, both: str, compute: str,
+                                                 memory: str) -> None:
+        assert map_request(1, milli, A100) == (both, 1)
+        assert map_request(1, milli, A100, "compute") == (compute, 1)
+        assert map_request(1, milli, A100, "memory") == (memory, 1)
+
+    def test_multi_gpu_pods_ask_for_full_profiles(self) -> None:
+        assert map_request(8, 1000, A100) == ("7g.80gb", 8)
+
+    def test_bundled_trace_is_gpu_pods_in_creation_order(self) -> None:
+        rows = load_trace(_bundled())
+        assert len(rows) == 416
+        assert all(r.num_gpu > 0 and r.duration >= 1 for r in rows)
+        assert [r.creation for r in rows] == sorted(r.creation for r in rows)
+
+    def test_poisson_offers_exactly_the_target_load_and_is_seeded(self) -> None:
+        rows = load_trace(_bundled())
+        jobs, window = poisson(rows, A100, capacity=112, load=1.3, seed=4)
+        assert offered_load(jobs, 112, window) == pytest.approx(1.3)
+        assert [j.name for j in jobs] == [r.name for r in rows]  # trace order kept
+        assert poisson(rows, A100, capacity=112, load=1.3, seed=4) == (jobs, window)
+        assert poisson(rows, A100, capacity=112, load=1.3, seed=5)[0] != jobs
+
+    def test_replay_compress_and_rate_scale(self) -> None:
+        rows = load_trace(_bundled())[:20]
+        base = replay(rows, A100)
+        faster = replay(rows, A100, compress=10)
+        denser = replay(rows, A100, rate_scale=2)
+        assert base[0].arrival == 0
+        assert faster[5].arrival == pytest.approx(base[5].arrival / 10)
+        assert faster[5].duration == pytest.approx(base[5].duration / 10)
+        assert denser[5].arrival == pytest.approx(base[5].arrival / 2)
+        assert denser[5].duration == base[5].duration
+        with pytest.raises(InvalidInputError):
+            replay(rows, A100, compress=0)
+
+
+class TestCluster:
+    def test_shorthand_accepts_product_names(self) -> None:
+        cluster = load_cluster("16x8xA100-SXM4-80GB")
+        assert len(cluster.nodes) == 16
+        assert cluster.capacity == 16 * 8 * 7
+        assert cluster.main_model.name == "A100-80GB"
+
+    def test_bad_cluster_names_the_option(self) -> None:
+        with pytest.raises(InvalidInputError, match="--cluster"):
+            load_cluster("no-such-file.json")
+
+    def test_plan_file_gives_starting_layouts(self, tmp_path: Path) -> None:
+        path = tmp_path / "c.json"
+        path.write_text('{"nodes": [{"name": "a", "gpus": [{"index": 0, "model": "A100-80GB",'
+                        ' "slices": [{"profile": "3g.40gb", "start": 4}]}]}]}')
+        cluster = load_cluster(str(path))
+        assert cluster.gpus[0].slices == (layout.Slice("3g.40gb", 4),)
+
+
+class TestEventLoop:
+    def test_static_queue_is_first_come_first_served(self) -> None:
+        cluster = shorthand(1, 1, "A100-80GB")
+        jobs = [_job(i, float(i), "3g.40gb") for i in range(5)]
+        r = simulate(StaticPolicy.uniform(cluster, "all-balanced"), jobs,
+                     capacity=cluster.capacity, horizon=100)
+        assert r.waits == [0.0, 9.0, 18.0, 27.0, 36.0]  # one 3g slice: each waits its turn
+        assert r.placed == 5
+        assert r.placed_on_arrival == 1
+        assert r.served == pytest.approx(5 * 3 * 10)
+
+    def test_unplaced_pods_wait_until_the_horizon(self) -> None:
+        cluster = shorthand(1, 1, "A100-80GB")
+        r = simulate(StaticPolicy.uniform(cluster, "all-1g"), [_job(0, 10.0, "7g.80gb")],
+                     capacity=cluster.capacity, horizon=100)
+        assert r.placed == 0
+        assert r.waits == [90.0]
+        assert r.fragmentation > 0.9  # every free slice is useless to the pending 7g pod
+
+    def test_reconfiguration_latency_and_capacity_lag_delay_the_start(self) -> None:
+        cluster = shorthand(1, 1, "A100-80GB")
+        policy = DynamicPolicy(cluster, batch_window=5, reconfig_latency=2, capacity_lag=10)
+        r = simulate(policy, [_job(0, 0.0, "2g.20gb")], capacity=cluster.capacity, horizon=100)
+        assert r.waits == [5 + 2 + 10]  # window, one create, the kubelet's next sync
+        assert (r.created, r.destroyed, r.repartitions) == (1, 0, 1)
+
+    def test_every_policy_is_deterministic(self) -> None:
+        jobs = synthetic(random.Random(3), 150, A100, rate=0.05, mean_duration=300)
+        horizon = jobs[-1].arrival
+
+        def summaries() -> list[dict[str, object]]:
+            out = []
+            for p in _all_policies():
+                s = simulate(p, jobs, capacity=14, horizon=horizon).summary()
+                s.pop("wall_s")
+                out.append(s)
+            return out
+
+        assert summaries() == summaries()
+
+    def test_layouts_stay_valid_and_held_slices_survive(self) -> None:
+        jobs = synthetic(random.Random(7), 200, A100, rate=0.08, mean_duration=200)
+        for policy in _all_policies(nodes=1, gpus=3)[:2]:
+            r = simulate(policy, jobs, capacity=21, horizon=jobs[-1].arrival, samples=400)
+            assert r.placed > 100
+            assert r.created > 0
+            for samples in r.layouts.values():
+                for _, shown in samples:
+                    assert layout.is_valid(A100, [layout.Slice(p, s) for p, s, _, _ in shown])
+
+    def test_percentile_is_nearest_rank(self) -> None:
+        assert percentile([1, 2, 3, 4], 50) == 2
+        assert percentile([], 95) == 0.0
+
+
+class TestPolicies:
+    def test_greedy_fails_where_counts_fit_but_placements_do_not(self) -> None:
+        # A 1g first, then a 4g: NVML's own order puts the 1g at slice 0, where the 4g must
+        # start; the planner puts the 1g out of the 4g's way.
+        cluster = shorthand(1, 1, "A100-80GB")
+        jobs = [_job(0, 0.0, "1g.10gb", 1000), _job(1, 30.0, "4g.40gb", 100)]
+        kw = {"batch_window": 0.0, "reconfig_latency": 0.0, "capacity_lag": 0.0}
+        greedy = simulate(GreedyPolicy(cluster, **kw), jobs, capacity=7, horizon=500)
+        dynamic = simulate(DynamicPolicy(cluster, **kw), jobs, capacity=7, horizon=500)
+        assert greedy.placed == 1
+        assert greedy.failed_creates >= 1
+        assert dynamic.placed == 2
+        assert dynamic.waits == [0.0, 0.0]
+
+    def test_static_needs_the_exact_profile(self) -> None:
+        cluster = shorthand(1, 1, "A100-80GB")
+        r = simulate(StaticPolicy.uniform(cluster, "all-7g"), [_job(0, 0.0, "1g.10gb")],
+                     capacity=7, horizon=50)
+        assert r.placed == 0
+
+    def test_fluid_gpu_ignores_placements_but_not_gpus(self) -> None:
+        cluster = shorthand(1, 2, "A100-80GB")
+        jobs = [_job(0, 0.0, "4g.40gb", 100), _job(1, 0.0, "4g.40gb", 100),
+                _job(2, 0.0, "3g.40gb", 100), _job(3, 0.0, "4g.40gb", 100)]
+        per_gpu = simulate(FluidGpuPolicy(cluster), jobs, capacity=14, horizon=50)
+        pooled = simulate(FluidClusterPolicy(cluster), jobs, capacity=14, horizon=50)
+        assert per_gpu.placed == 3  # 4+3 on one GPU, 4 on the other; no room for a third 4
+        assert pooled.placed == 3
+        assert pooled.served == pytest.approx(11 * 50)
+
+    def test_unknown_static_layout_names_the_choices(self) -> None:
+        with pytest.raises(InvalidInputError, match="all-balanced"):
+            StaticPolicy.uniform(shorthand(1, 1, "A100-80GB"), "all-5g")
+
+
+class TestBestStaticMix:
+    def test_compositions_are_every_mix(self) -> None:
+        assert len(list(compositions(4, 3))) == 15
+        assert all(sum(c) == 4 for c in compositions(4, 3))
+
+    def test_pool_is_k_servers_first_come_first_served(self) -> None:
+        jobs = [_job(i, 0.0, "1g.10gb", 10) for i in range(3)]
+        assert pool_served(jobs, 2, 15) == pytest.approx(10 + 10 + 5)
+        assert pool_served(jobs, 0, 15) == 0
+
+    def test_picks_the_layout_the_workload_needs_per_node(self) -> None:
+        cluster = shorthand(3, 2, "A100-80GB")
+        jobs = ([_job(i, float(i), "7g.80gb", 500) for i in range(4)]
+                + [_job(10 + i, float(i), "3g.40gb", 500) for i in range(4)])
+        best = best_static_mix(cluster, jobs, 400)
+        assert best.mixes_scored == 56  # C(3 + 5, 5) mixes of 6 layouts on 3 nodes
+        assert dict(best.nodes) == {"all-3g": 1, "all-7g": 2}
+        assert best.result.served == pytest.approx(best.score)  # one-slice pods: exact
+
+
+class TestReport:
+    def test_table_and_html(self, tmp_path: Path) -> None:
+        jobs = synthetic(random.Random(1), 60, A100, rate=0.05, mean_duration=200)
+        results: list[RunResult] = [simulate(p, jobs, capacity=14, horizon=jobs[-1].arrival)
+                                    for p in _all_policies()]
+        table = render_table(results)
+        assert table.splitlines()[0].startswith("policy")
+        assert "greedy" in table
+        path = write_report(tmp_path / "out" / "r.html", results, title="t", details=["d"])
+        page = path.read_text()
+        assert page.count("<polyline") == len(results)
+        assert page.count("<h3>") == 3  # layouts for the three MIG policies
+        assert "fill-opacity" in page
+        assert len(page) > 5000
