@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tessera.cli import dev_sim_cmd
+from tessera.cli import dev_cluster_cmd, dev_sim_cmd
 
 
 def register(commands: Any) -> None:
@@ -13,3 +13,4 @@ def register(commands: Any) -> None:
         description="Tools for tests and demos: simulated GPU nodes and the local test cluster.")
     dev_commands = parser.add_subparsers(dest="dev_command", required=True, metavar="TOOL")
     dev_sim_cmd.register(dev_commands)
+    dev_cluster_cmd.register(dev_commands)

@@ -40,8 +40,10 @@ def _key() -> ec.EllipticCurvePrivateKey:
 
 
 def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
+    # "EC PRIVATE KEY" (SEC 1), not PKCS#8: the API server's --service-account-key-file reads
+    # public keys out of RSA/EC private-key PEM blocks, but not out of "PRIVATE KEY" ones.
     path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                       serialization.PrivateFormat.PKCS8,
+                                       serialization.PrivateFormat.TraditionalOpenSSL,
                                        serialization.NoEncryption()))
     path.chmod(0o600)
 

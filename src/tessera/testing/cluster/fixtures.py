@@ -1,0 +1,47 @@
+"""pytest fixtures for the test cluster. Import them into a conftest::
+
+    from tessera.testing.cluster.fixtures import cluster, cluster_binaries  # noqa: F401
+
+One control plane per test session (it takes seconds to start and ~500 MB to run); tests share
+it and must clean up the objects they create. Missing binaries skip the tests on a developer's
+machine (with the command that builds them) but *fail* them under ``CI=true``: CI must never
+pass by not running the end-to-end tests.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tessera.testing.cluster._cluster import Binaries, BinariesMissingError, Cluster
+
+
+def require_binaries() -> Binaries:
+    """The binaries, or skip (fail under CI) with the reason and the fix."""
+    try:
+        return Binaries.locate()
+    except BinariesMissingError as error:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI=true and the test cluster binaries are missing: {error}",
+                        pytrace=False)
+        pytest.skip(str(error))
+
+
+@pytest.fixture(scope="session")
+def cluster_binaries() -> Binaries:
+    """The Go-built binaries (``make cluster-bins``)."""
+    return require_binaries()
+
+
+@pytest.fixture(scope="session")
+def cluster(cluster_binaries: Binaries) -> Iterator[Cluster]:
+    """A running control plane shared by the whole session, stopped at its end (also when
+    tests failed; and if pytest itself is killed, its children die with it)."""
+    running = Cluster(binaries=cluster_binaries)
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()

@@ -1,0 +1,136 @@
+"""A simulated GPU node: a real kubelet on the fake runtime, with Tessera's own device plugin
+servers (``tessera.kubelet.plugins``) registered on its real ``kubelet.sock``.
+
+The tests run in file order and share the session's node; each leaves it with no pods and no
+plugins registered.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from tessera.kubelet.inventory import Inventory, PluginDevice
+from tessera.kubelet.plugins import PluginManager, PluginSettings
+from tessera.kubelet.podresources import PodResourcesClient
+from tessera.testing.cluster import KUBERNETES_VERSION, Cluster, Node
+from tests.e2e._util import eventually
+
+RESOURCE = "nvidia.com/mig-1g.10gb"
+GPU_UUID = "GPU-5e3f2c1a-0000-4000-8000-000000000001"
+MIG_UUIDS = tuple(f"MIG-5e3f2c1a-0000-4000-8000-00000000010{i}" for i in range(3))
+
+
+def _inventory() -> Inventory:
+    return Inventory({RESOURCE: [PluginDevice.mig(u, GPU_UUID, 0) for u in MIG_UUIDS]})
+
+
+def _plugins(node: Node, inventory: Inventory) -> PluginManager:
+    return PluginManager(inventory, PluginSettings(plugin_dir=str(node.device_plugin_dir)))
+
+
+def _allocatable(cluster: Cluster, node: Node) -> int:
+    status = (cluster.get_node(node.name) or {}).get("status", {})
+    return int(status.get("allocatable", {}).get(RESOURCE, "0"))
+
+
+def _capacity(cluster: Cluster, node: Node) -> int:
+    status = (cluster.get_node(node.name) or {}).get("status", {})
+    return int(status.get("capacity", {}).get(RESOURCE, "0"))
+
+
+@pytest.fixture
+def core(cluster: Cluster) -> Iterator[client.CoreV1Api]:
+    api = cluster.api_client()
+    yield client.CoreV1Api(api)
+    api.close()
+
+
+def test_node_registers_ready_untainted_on_the_pinned_kubelet(
+        cluster: Cluster, gpu_node: Node) -> None:
+    node = cluster.get_node(gpu_node.name)
+    assert node is not None
+    ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"]
+    assert ready == "True"
+    assert not [t for t in node["spec"].get("taints") or []
+                if t["key"] == "node.kubernetes.io/not-ready"]
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == KUBERNETES_VERSION
+    assert node["metadata"]["labels"]["tessera.dev/test-node"] == "true"
+    assert gpu_node.ready_in_s is not None
+    assert gpu_node.ready_in_s < 30
+    assert gpu_node.kubelet_socket.is_socket()
+    assert gpu_node.pod_resources_socket.is_socket()
+
+
+def test_plugin_devices_are_scheduled_allocated_and_listed(
+        cluster: Cluster, gpu_node: Node, core: client.CoreV1Api) -> None:
+    inventory = _inventory()
+    with _plugins(gpu_node, inventory) as plugins:
+        assert plugins.wait_until_registered(timeout=10)
+        eventually(lambda: _allocatable(cluster, gpu_node) == 3, 20,
+                   f"allocatable {RESOURCE} = 3")
+
+        name = f"two-slices-{uuid.uuid4().hex[:6]}"
+        core.create_namespaced_pod("default", client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PodSpec(
+                termination_grace_period_seconds=0,
+                containers=[client.V1Container(
+                    name="cuda", image="registry.k8s.io/pause:3.10",
+                    resources=client.V1ResourceRequirements(limits={RESOURCE: "2"}))])))
+        try:
+            pod = eventually(
+                lambda: (p := core.read_namespaced_pod(name, "default")).status.phase
+                == "Running" and p, 60, f"pod {name} Running")
+            assert pod.spec.node_name == gpu_node.name  # bound by kube-scheduler
+
+            with PodResourcesClient(gpu_node.pod_resources_socket) as pod_resources:
+                listed = pod_resources.get("default", name)
+            (container,) = listed.containers
+            assert container.name == "cuda"
+            # The kubelet may split one resource's devices over several entries (per NUMA
+            # node); what counts is the ids.
+            assert {d.resource_name for d in container.devices} == {RESOURCE}
+            ids = sorted(i for d in container.devices for i in d.device_ids)
+            assert len(ids) == 2
+            assert set(ids) <= set(MIG_UUIDS)
+
+            # What Allocate answered reached the runtime's CreateContainer unchanged.
+            (created,) = [c for c in gpu_node.created_containers()
+                          if c["pod"] == name and c["container"] == "cuda"]
+            visible = created["envs"]["NVIDIA_VISIBLE_DEVICES"].split(",")
+            assert sorted(visible) == ids
+        finally:
+            core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+            eventually(lambda: not [p for p in core.list_namespaced_pod("default").items
+                                    if p.metadata.name == name], 30, f"pod {name} gone")
+
+
+def test_kubelet_restart_drops_capacity_until_the_plugin_registers_again(
+        cluster: Cluster, gpu_node: Node) -> None:
+    inventory = _inventory()
+    with _plugins(gpu_node, inventory) as plugins:
+        assert plugins.wait_until_registered(timeout=10)
+        eventually(lambda: _capacity(cluster, gpu_node) == 3, 20, f"capacity {RESOURCE} = 3")
+        socket_path = plugins.socket_path(RESOURCE)
+    # The plugin is gone (as if its agent were down) while the kubelet restarts.
+    gpu_node.restart_kubelet()
+    eventually(lambda: _capacity(cluster, gpu_node) == 0, 20, f"capacity {RESOURCE} = 0")
+    assert not _allocatable(cluster, gpu_node)
+
+    with _plugins(gpu_node, inventory) as plugins:
+        assert plugins.wait_until_registered(timeout=10)
+        eventually(lambda: _allocatable(cluster, gpu_node) == 3, 20,
+                   f"allocatable {RESOURCE} = 3 again")
+        # A restart while the plugin runs: the new kubelet deletes the plugin's socket, the
+        # manager notices and registers again, and the capacity comes back by itself.
+        before = plugins.status()[RESOURCE].registrations
+        gpu_node.restart_kubelet()
+        eventually(lambda: plugins.status()[RESOURCE].registrations > before, 20,
+                   "a second registration")
+        assert (gpu_node.device_plugin_dir / socket_path.rsplit("/", 1)[1]).is_socket()
+        eventually(lambda: _allocatable(cluster, gpu_node) == 3, 20,
+                   f"allocatable {RESOURCE} = 3 after a restart with the plugin running")
