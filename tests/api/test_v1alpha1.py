@@ -88,3 +88,10 @@ def test_the_crds_carry_status_columns_and_cel_rules() -> None:
         return True
 
     assert no_refs(version["schema"]), "a structural schema has no $ref or anyOf"
+
+
+def test_an_empty_spec_is_still_sent() -> None:
+    """The CRD requires ``spec``; an agent creating its empty NodePartition must send one."""
+    wire = NodePartition.model_validate({"metadata": {"name": "n"}}).to_wire()
+    assert wire["spec"] == {}
+    assert (wire["apiVersion"], wire["kind"]) == ("tessera.dev/v1alpha1", "NodePartition")

@@ -68,7 +68,8 @@ class AgentRunner:
                 try:
                     self.reconcile_now()
                 except ApiException as exc:
-                    log.error("API error while reconciling: %s %s", exc.status, exc.reason)
+                    log.error("API error while reconciling: %s %s: %s", exc.status, exc.reason,
+                              str(exc.body)[:2000])
                 except Exception:
                     log.exception("reconcile failed")
                 self._wake.wait(self.resync_s)

@@ -66,6 +66,9 @@ class _Model(BaseModel):
                                mode="json")
         if "kind" in type(self).model_fields:  # a top-level object always names its type
             wire = {"apiVersion": API_VERSION, "kind": type(self).__name__, **wire}
+            spec = getattr(self, "spec", None)
+            if isinstance(spec, _Model):
+                wire["spec"] = spec.to_wire()  # required by the schema, even when empty
         return wire
 
 

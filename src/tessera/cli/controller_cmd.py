@@ -42,11 +42,10 @@ def run(args: argparse.Namespace) -> int:
         level=args.log_level.upper(), stream=sys.stderr,
         format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'
                '"message":"%(message)s"}')
-    if args.kubeconfig:
-        os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it
     settings = ControllerSettings(batch_idle_s=args.batch_idle_seconds,
                                   batch_max_s=args.batch_max_seconds,
                                   plan_timeout_s=args.plan_timeout_seconds, solver=args.solver)
     operator.run(api_client(args.kubeconfig), namespace=args.namespace, settings=settings,
-                 metrics_port=args.metrics_port, identity=args.identity)
+                 metrics_port=args.metrics_port, identity=args.identity,
+                 kubeconfig=args.kubeconfig)
     return 0

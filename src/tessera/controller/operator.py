@@ -170,9 +170,19 @@ def _loop(controller: Controller, elector: LeaderElector, metrics: ControllerMet
         controller.cache.changed.clear()
 
 
+def _connection(api: client.ApiClient) -> kopf.ConnectionInfo:
+    cfg = api.configuration
+    bearer = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
+    token = bearer.removeprefix("Bearer ").strip() if bearer else None
+    return kopf.ConnectionInfo(
+        server=cfg.host, ca_path=cfg.ssl_ca_cert, insecure=not cfg.verify_ssl,
+        scheme="Bearer" if token else None, token=token,
+        certificate_path=cfg.cert_file, private_key_path=cfg.key_file)
+
+
 def run(api: client.ApiClient, *, namespace: str, settings: ControllerSettings,
         metrics_port: int = 0, tick_s: float = 0.2, identity: str | None = None,
-        lease_name: str = "tessera-controller") -> None:
+        lease_name: str = "tessera-controller", kubeconfig: str | None = None) -> None:
     cache = ClusterCache()
     metrics = ControllerMetrics()
     if metrics_port:
@@ -183,6 +193,14 @@ def run(api: client.ApiClient, *, namespace: str, settings: ControllerSettings,
     elector = LeaderElector(api, namespace, lease_name, me)
     stop = threading.Event()
     registry = build_registry(cache)
+
+    @kopf.on.login(registry=registry)
+    def _login(**kwargs: Any) -> Any:
+        # A registry of our own gets none of kopf's default login handlers; log in with the
+        # same credentials as our own client (kubeconfig or service account).
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and not kubeconfig:
+            return kopf.login_via_client(**kwargs)  # refreshes the projected token
+        return _connection(api)
 
     @kopf.on.startup(registry=registry)
     def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
