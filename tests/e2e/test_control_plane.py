@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 from kubernetes import client
 
@@ -70,3 +74,30 @@ def test_stop_leaves_no_process_port_or_folder_even_after_a_failure(
     assert ports & listening_ports() == set()
     assert not other.root.exists()
     assert [p for p in live() if p.pid in pids] == []
+
+
+def test_helm_installs_a_chart_that_requires_this_kubernetes_version(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """Helm checks ``kubeVersion`` against what the server reports: the -X version flags."""
+    chart = tmp_path / "smoke"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: smoke\nversion: 0.1.0\nkubeVersion: '>= 1.37.0-0'\n")
+    (chart / "templates" / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: helm-smoke}\ndata: {ok: 'yes'}\n")
+    helm = [cluster.binaries["helm"], "--kubeconfig", str(cluster.kubeconfig),
+            "--namespace", "default"]
+    env = {**os.environ, "HELM_CACHE_HOME": str(tmp_path / "cache"),
+           "HELM_CONFIG_HOME": str(tmp_path / "config"),
+           "HELM_DATA_HOME": str(tmp_path / "data")}
+    installed = subprocess.run([*helm, "install", "smoke", str(chart)], env=env,
+                               capture_output=True, text=True, timeout=60, check=False)
+    assert installed.returncode == 0, installed.stderr
+    api = cluster.api_client()
+    try:
+        config_map = client.CoreV1Api(api).read_namespaced_config_map("helm-smoke", "default")
+        assert config_map.data == {"ok": "yes"}
+    finally:
+        api.close()
+        subprocess.run([*helm, "uninstall", "smoke"], env=env, capture_output=True,
+                       timeout=60, check=False)
