@@ -7,6 +7,7 @@ plugins registered.
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Iterator
 
@@ -16,7 +17,7 @@ from kubernetes import client
 from tessera.kubelet.inventory import Inventory, PluginDevice
 from tessera.kubelet.plugins import PluginManager, PluginSettings
 from tessera.kubelet.podresources import PodResourcesClient
-from tessera.testing.cluster import KUBERNETES_VERSION, Cluster, Node
+from tessera.testing.cluster import KUBERNETES_VERSION, Cluster, Node, _cluster
 from tests.e2e._util import eventually
 
 RESOURCE = "nvidia.com/mig-1g.10gb"
@@ -134,3 +135,25 @@ def test_kubelet_restart_drops_capacity_until_the_plugin_registers_again(
         assert (gpu_node.device_plugin_dir / socket_path.rsplit("/", 1)[1]).is_socket()
         eventually(lambda: _allocatable(cluster, gpu_node) == 3, 20,
                    f"allocatable {RESOURCE} = 3 after a restart with the plugin running")
+
+
+def test_a_kubelet_port_taken_meanwhile_is_retried_with_another(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ports are chosen free but bound later; a concurrent cluster may take one in between."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        real = _cluster.free_ports
+        first = [[port]]
+        monkeypatch.setattr(_cluster, "free_ports",
+                            lambda count: first.pop() if first else real(count))
+        node = cluster.add_node("port-clash")
+        try:
+            assert node.kubelet_port != port
+            assert (node.logs / "kubelet.1.log").exists()
+            assert node.kubelet is not None
+            assert node.kubelet.alive()
+        finally:
+            cluster.remove_node(node.name)
+    eventually(lambda: cluster.get_node("port-clash") is None, 20, "the Node object deleted")

@@ -71,6 +71,15 @@ class BinariesMissingError(ClusterError):
     """The Go-built binaries are not there; ``make cluster-bins`` builds them."""
 
 
+class PortTakenError(ClusterError):
+    """A component could not bind its port: something else took it between :func:`free_ports`
+    choosing it and the component binding it. Start-up retries with fresh ports."""
+
+
+PORT_ATTEMPTS = 3
+"""How often start-up picks fresh ports after a :class:`PortTakenError`."""
+
+
 def default_bin_dir() -> Path:
     """``$TESSERA_K8S_BIN``, else ``tools/k8s/bin/<version>`` in this checkout."""
     override = os.environ.get(BIN_DIR_ENV)
@@ -128,7 +137,9 @@ def _wait(what: str, check: Callable[[], bool], timeout: float,
     while True:
         for process in watch:
             if not process.alive():
-                raise ClusterError(
+                error = (PortTakenError if "address already in use" in process.log_tail()
+                         else ClusterError)
+                raise error(
                     f"{process.name} exited with status {process.poll()} while waiting for "
                     f"{what}; log {process.log_path}:\n{process.log_tail()}")
         try:
@@ -531,16 +542,31 @@ class Cluster:
         begin = time.monotonic()
         try:
             self._pki()
-            names = ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler")
-            self._ports = dict(zip(names, free_ports(len(names)), strict=True))
-            self._start_etcd(timeout)
-            self._start_apiserver(timeout)
-            self._start_controllers(timeout)
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                names = ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler")
+                self._ports = dict(zip(names, free_ports(len(names)), strict=True))
+                try:
+                    self._start_etcd(timeout)
+                    self._start_apiserver(timeout)
+                    self._start_controllers(timeout)
+                    break
+                except PortTakenError:
+                    if attempt == PORT_ATTEMPTS:
+                        raise
+                    self._stop_control_plane()
+                    shutil.rmtree(self.root / "etcd", ignore_errors=True)
         except BaseException:
             self.stop()
             raise
         self.timings["total"] = time.monotonic() - begin
         return self
+
+    def _stop_control_plane(self) -> None:
+        _process.stop_all([p for p in (self.scheduler, self.controller_manager) if p])
+        for process in (self.apiserver, self.etcd):
+            if process is not None:
+                process.stop()
+        self.scheduler = self.controller_manager = self.apiserver = self.etcd = None
 
     def _pki(self) -> None:
         pki = self.root / "pki"
@@ -676,10 +702,21 @@ class Cluster:
             raise ClusterError("add_node: the cluster is not running")
         if name in self.nodes:
             raise ClusterError(f"add_node: node {name!r} exists already")
-        node = Node(self, name, self.root / name, free_ports(1)[0], labels or {})
-        self.nodes[name] = node
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            node = Node(self, name, self.root / name, free_ports(1)[0], labels or {})
+            self.nodes[name] = node
+            try:
+                node.start(timeout)
+                break
+            except PortTakenError:
+                node.stop()
+                if attempt == PORT_ATTEMPTS:
+                    raise
+                shutil.rmtree(node.root, ignore_errors=True)
+            except BaseException:
+                node.stop()
+                raise
         try:
-            node.start(timeout)
             for hook in hooks:
                 hook(node)
         except BaseException:
@@ -702,11 +739,7 @@ class Cluster:
         self._stopped = True
         for node in reversed(list(self.nodes.values())):
             node.stop()
-        control = [p for p in (self.scheduler, self.controller_manager) if p is not None]
-        _process.stop_all(control)
-        for process in (self.apiserver, self.etcd):
-            if process is not None:
-                process.stop()
+        self._stop_control_plane()
         if self._api is not None:
             with contextlib.suppress(Exception):
                 self._api.close()
