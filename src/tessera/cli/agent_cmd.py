@@ -108,8 +108,6 @@ def register(commands: Any) -> None:
                        help="Prometheus /metrics port (0: off)")
     agent.add_argument("--resync-seconds", type=float, default=10.0,
                        help="reconcile at least this often, to notice freed slices")
-    agent.add_argument("--event-namespace", default=os.environ.get("POD_NAMESPACE", "default"),
-                       help="namespace for Events about the cluster-scoped NodePartition")
     agent.set_defaults(run=run_agent)
 
     plugin = commands.add_parser(
@@ -172,7 +170,7 @@ def _run_connected(args: argparse.Namespace) -> int:
         metrics.serve(args.metrics_port)
     runner = AgentRunner(args.node_name, runtime, Reconciler(runtime, _mps(args)),
                          NodePartitions(api),
-                         events=EventRecorder(api, "agent", args.event_namespace),
+                         events=EventRecorder(api, "agent"),
                          metrics=metrics, resync_s=args.resync_seconds)
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
     signal.signal(signal.SIGINT, lambda *_: runner.stop())

@@ -187,7 +187,8 @@ def run(api: client.ApiClient, *, namespace: str, settings: ControllerSettings,
     metrics = ControllerMetrics()
     if metrics_port:
         start_http_server(metrics_port, registry=metrics.registry)
-    writer = ApiWriter(api, EventRecorder(api, "controller", namespace))
+    writer = ApiWriter(api, EventRecorder(api, "controller"))
+    logging.getLogger("kopf").setLevel(logging.WARNING)  # one line per watch event otherwise
     controller = Controller(cache, writer, settings, metrics=metrics)
     me = identity or f"{socket.gethostname()}-{os.getpid()}"
     elector = LeaderElector(api, namespace, lease_name, me)

@@ -20,12 +20,10 @@ log = logging.getLogger(__name__)
 
 
 class EventRecorder:
-    def __init__(self, api: client.ApiClient, component: str,
-                 namespace: str = "default") -> None:
+    def __init__(self, api: client.ApiClient, component: str) -> None:
         self._core = client.CoreV1Api(api)
         self._component = component
         self._host = os.uname().nodename
-        self._namespace = namespace
         self._recent: dict[tuple[str, str, str], datetime.datetime] = {}
 
     def record(self, *, kind: str, name: str, api_version: str, reason: str, message: str,
@@ -38,7 +36,9 @@ class EventRecorder:
         if last is not None and (now - last).total_seconds() < dedupe_s:
             return
         self._recent[key] = now
-        target_namespace = namespace or self._namespace
+        # An Event lives in its object's namespace; one about a cluster-scoped object (a
+        # NodePartition, a Node) must live in "default", as the API server insists.
+        target_namespace = namespace or "default"
         body = client.CoreV1Event(
             metadata=client.V1ObjectMeta(
                 name=f"{name}.{uuid_lib.uuid4().hex[:12]}", namespace=target_namespace),

@@ -1,0 +1,382 @@
+"""Tessera end to end: the chart, the controller and the agents on a real control plane.
+
+The chart is installed with helm (CRDs, RBAC, service accounts, the admission policy); the
+controller (two replicas) and one agent per simulated GPU node run as real processes with the
+chart's service-account tokens, so RBAC is what the chart grants and nothing more. GPU nodes are
+real kubelets whose device manager registers, lists and allocates from the agents' plugins.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tessera.kubelet.podresources import PodResourcesClient
+from tessera.nvml.sim import operations
+from tessera.nvml.sim.state import new_node_state
+from tessera.nvml.sim.store import FileStore, load_state_file, write_new_state_file
+from tessera.testing.cluster import Cluster, Node, Process
+
+from ._util import eventually
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMESPACE = "tessera"
+POOL = {"tessera.dev/pool": "a100"}
+MIG_1G = "nvidia.com/mig-1g.10gb"
+GROUP, VERSION = "tessera.dev", "v1alpha1"
+
+
+@dataclass
+class System:
+    cluster: Cluster
+    api: client.ApiClient
+    agent_kubeconfig: Path
+    controller_kubeconfig: Path
+    nodes: dict[str, Node]
+    states: dict[str, Path]
+    controllers: list[Process]
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    def partition(self, node: str) -> dict[str, Any]:
+        return self.custom.get_cluster_custom_object(GROUP, VERSION, "nodepartitions", node)
+
+    def start_controller(self, identity: str) -> Process:
+        process = Process(f"controller-{identity}", [
+            sys.executable, "-m", "tessera.cli.main", "controller",
+            "--kubeconfig", str(self.controller_kubeconfig), "--namespace", NAMESPACE,
+            "--metrics-port", "0", "--identity", identity, "--batch-idle-seconds", "0.3",
+            "--batch-max-seconds", "2", "--log-level", "INFO"],
+            log_path=self.cluster.root / "logs" / f"controller-{identity}.log")
+        self.controllers.append(process)
+        return process
+
+
+def _helm(cluster: Cluster, *args: str) -> str:
+    helm = cluster.binaries.directory / "helm"
+    result = subprocess.run([str(helm), "--kubeconfig", str(cluster.kubeconfig), *args],
+                            capture_output=True, text=True, timeout=180, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def _token_kubeconfig(cluster: Cluster, core: client.CoreV1Api, account: str,
+                      path: Path) -> Path:
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(expiration_seconds=3600, audiences=[]))
+    token = core.create_namespaced_service_account_token(account, NAMESPACE, request)
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    server = admin["clusters"][0]["cluster"]
+    ca = server.get("certificate-authority-data") or base64.b64encode(
+        Path(server["certificate-authority"]).read_bytes()).decode()
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": account,
+        "clusters": [{"name": "test", "cluster": {"server": server["server"],
+                                                  "certificate-authority-data": ca}}],
+        "users": [{"name": account, "user": {"token": token.status.token}}],
+        "contexts": [{"name": account, "context": {"cluster": "test", "user": account}}],
+    }))
+    return path
+
+
+def _agent_hook(system: dict[str, Any]) -> Any:
+    def start(node: Node) -> None:
+        state = node.root / "gpus.json"
+        write_new_state_file(state, new_node_state(node.name, ["A100-80GB", "A100-80GB"],
+                                                   mig=False))
+        system["states"][node.name] = state
+        node.spawn("agent", [
+            sys.executable, "-m", "tessera.cli.main", "agent", "--node-name", node.name,
+            "--kubeconfig", str(system["agent_kubeconfig"]), "--nvml", f"sim:{state}",
+            "--plugin-dir", str(node.device_plugin_dir),
+            "--pod-resources-socket", str(node.pod_resources_socket),
+            "--resync-seconds", "1", "--metrics-port", "0",
+            "--log-level", "INFO"])
+    return start
+
+
+@pytest.fixture(scope="module")
+def system(cluster: Cluster) -> Iterator[System]:
+    api = cluster.api_client()
+    core = client.CoreV1Api(api)
+    _helm(cluster, "install", "tessera", str(ROOT / "charts" / "tessera"), "--namespace",
+          NAMESPACE, "--create-namespace", "--set", "agent.enabled=false",
+          "--set", "controller.enabled=false", "--wait", "--timeout", "120s")
+    cluster.wait_for_service_account(NAMESPACE, "tessera-agent")
+    scratch = cluster.root / "tessera-e2e"
+    scratch.mkdir(exist_ok=True)
+    shared: dict[str, Any] = {
+        "agent_kubeconfig": _token_kubeconfig(cluster, core, "tessera-agent",
+                                              scratch / "agent.kubeconfig"),
+        "states": {},
+    }
+    controller_kubeconfig = _token_kubeconfig(cluster, core, "tessera-controller",
+                                              scratch / "controller.kubeconfig")
+    nodes = {name: cluster.add_node(name, labels=POOL, hooks=[_agent_hook(shared)])
+             for name in ("a100-a", "a100-b")}
+    running = System(cluster, api, shared["agent_kubeconfig"], controller_kubeconfig, nodes,
+                     shared["states"], [])
+    running.custom.create_cluster_custom_object(GROUP, VERSION, "partitionpolicies", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PartitionPolicy",
+        "metadata": {"name": "a100-dynamic"},
+        "spec": {"nodeSelector": {"matchLabels": POOL}, "mode": "dynamic"}})
+    running.start_controller("c1")
+    running.start_controller("c2")
+    try:
+        for name in nodes:
+            eventually(lambda n=name: _exists(running, n), 30, f"NodePartition {name}")
+        yield running
+    finally:
+        for process in running.controllers:
+            process.stop()
+        for name in list(nodes):
+            cluster.remove_node(name)
+        subprocess.run([str(cluster.binaries.directory / "helm"), "--kubeconfig",
+                        str(cluster.kubeconfig), "uninstall", "tessera", "-n", NAMESPACE],
+                       capture_output=True, timeout=120, check=False)
+
+
+def _exists(system: System, node: str) -> bool:
+    try:
+        partition = system.partition(node)
+    except ApiException:
+        return False
+    return bool(partition.get("status", {}).get("gpus"))
+
+
+def _deployment(name: str, replicas: int, resource: str, count: int = 1) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": {
+                     "nodeSelector": POOL,
+                     "containers": [{"name": "main", "image": "registry.invalid/infer:1",
+                                     "resources": {"limits": {resource: str(count)}}}]}}}}
+
+
+def _running_pods(system: System, app: str) -> list[Any]:
+    pods = system.core.list_namespaced_pod("default", label_selector=f"app={app}").items
+    return [p for p in pods if p.status.phase == "Running"]
+
+
+def _allocated(system: System) -> dict[str, str]:
+    """Device id -> pod, from every node's PodResources (what the kubelet handed out)."""
+    owners: dict[str, str] = {}
+    for node in system.nodes.values():
+        with PodResourcesClient(node.pod_resources_socket, timeout=5) as pods:
+            for pod in pods.list():
+                for container in pod.containers:
+                    for devices in container.devices:
+                        for device in devices.device_ids:
+                            owners[device] = f"{pod.namespace}/{pod.name}"
+    return owners
+
+
+def _events(system: System, namespace: str, name: str) -> list[tuple[str, str]]:
+    events = system.core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}").items
+    return [(e.reason, e.message) for e in events]
+
+
+def test_a_deployment_of_slices_lands_on_whole_gpus(system: System) -> None:
+    """Whole A100s -> plan -> agents make slices -> plugins advertise -> pods Running."""
+    apps = client.AppsV1Api(system.api)
+    apps.create_namespaced_deployment("default", _deployment("infer", 6, MIG_1G))
+    started = time.monotonic()
+    running = eventually(lambda: len(_running_pods(system, "infer")) == 6 and
+                         _running_pods(system, "infer"), 120, "6 replicas Running")
+    elapsed = time.monotonic() - started
+    owners = _allocated(system)
+    mig = {device: pod for device, pod in owners.items() if device.startswith("MIG-")}
+    names = {f"default/{p.metadata.name}" for p in running}
+    assert set(mig.values()) >= names, "every replica got a MIG device from the kubelet"
+    assert len({d for d, p in mig.items() if p in names}) == 6, "distinct MIG UUIDs"
+    created = {c.uuid for s in system.states.values() for g in load_state_file(s).gpus
+               for i in g.instances for c in i.compute_instances}
+    assert {d for d, p in mig.items() if p in names} <= created, \
+        "the UUIDs are the simulator's real MIG devices"
+    pod = running[0]
+    reasons = [r for r, _ in _events(system, "default", pod.metadata.name)]
+    assert "Placed" in reasons
+    print(f"6 replicas Running {elapsed:.1f} s after the Deployment was created")
+
+
+def test_a_slice_in_use_survives_and_the_blocked_pod_is_told(system: System) -> None:
+    (node,) = {p.spec.node_name for p in _running_pods(system, "infer")}
+    in_use = eventually(lambda: [s for g in system.partition(node)["status"]["gpus"]
+                                 for s in g.get("slices", []) if s.get("allocated")], 30,
+                        "the agent reports the replicas' slices allocated")
+    held = {(s["profile"], s["start"]) for s in in_use}
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "whole-card", "namespace": "default"},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                     "containers": [{"name": "main", "image": "registry.invalid/train:1",
+                                     "resources": {"limits": {
+                                         "nvidia.com/mig-7g.80gb": "2"}}}]}}
+    system.core.create_namespaced_pod("default", body)
+    eventually(lambda: any(r == "NoGPUFit" for r, _ in _events(system, "default",
+                                                              "whole-card")),
+               60, "a NoGPUFit event on the pod")
+    reason = next(m for r, m in _events(system, "default", "whole-card") if r == "NoGPUFit")
+    assert "7g.80gb" in reason
+    after = system.partition(node)
+    still = {(s["profile"], s["start"]) for g in after["status"]["gpus"]
+             for s in g.get("slices", []) if s.get("allocated")}
+    assert held <= still, "no slice a pod holds was destroyed"
+    system.core.delete_namespaced_pod("whole-card", "default", grace_period_seconds=0)
+
+
+def test_a_kubelet_restart_keeps_the_pods_and_their_slices(system: System) -> None:
+    (host,) = {p.spec.node_name for p in _running_pods(system, "infer")} or {"a100-a"}
+    node = system.nodes[host]
+    capacity = int(system.cluster.get_node(host)["status"]["capacity"][MIG_1G])
+    before = {d: p for d, p in _allocated(system).items() if d.startswith("MIG-")}
+    restarted = time.monotonic()
+    node.restart_kubelet()
+    eventually(lambda: int((system.cluster.get_node(host) or {}).get("status", {})
+                           .get("capacity", {}).get(MIG_1G, "0")) == capacity, 30,
+               "the plugins registered again with the whole capacity")
+    print(f"capacity back {time.monotonic() - restarted:.1f} s after the kubelet restart")
+    eventually(lambda: before.items() <= _allocated(system).items(), 30,
+               "every pod keeps its slice across the restart")
+    state = load_state_file(system.states[host])
+    live = {c.uuid for g in state.gpus for i in g.instances for c in i.compute_instances}
+    assert set(before) <= live, "the agent destroyed nothing a pod holds"
+    assert len(_running_pods(system, "infer")) == 6
+
+
+def test_the_api_server_refuses_invalid_objects_naming_the_field(system: System) -> None:
+    with pytest.raises(ApiException) as error:
+        system.custom.create_cluster_custom_object(GROUP, VERSION, "nodepartitions", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "NodePartition",
+            "metadata": {"name": "bad-node"},
+            "spec": {"gpus": [{"index": 0, "uuid": "GPU-29740a30-5529-5daa-940a-26ee53ffc511",
+                               "mode": "mig"}]}})
+    assert error.value.status == 422
+    assert "set exactly one of index and uuid" in error.value.body
+    assert "spec.gpus[0]" in error.value.body
+    with pytest.raises(ApiException) as policy_error:
+        system.custom.create_cluster_custom_object(GROUP, VERSION, "partitionpolicies", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PartitionPolicy",
+            "metadata": {"name": "bad-policy"}, "spec": {"mode": "static"}})
+    assert "mode static needs a static layout" in policy_error.value.body
+    with pytest.raises(ApiException) as range_error:
+        system.custom.create_cluster_custom_object(GROUP, VERSION, "nodepartitions", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "NodePartition",
+            "metadata": {"name": "bad-start"},
+            "spec": {"gpus": [{"index": 0, "mode": "mig",
+                               "slices": [{"profile": "1g.10gb", "start": 9}]}]}})
+    assert "spec.gpus[0].slices[0].start" in range_error.value.body
+
+
+def test_the_components_hold_only_the_chart_s_permissions(system: System) -> None:
+    agent = client.CoreV1Api(_client(system.agent_kubeconfig))
+    with pytest.raises(ApiException) as error:
+        agent.list_namespaced_pod("default")
+    assert error.value.status == 403
+    controller = client.CoreV1Api(_client(system.controller_kubeconfig))
+    with pytest.raises(ApiException) as delete_error:
+        controller.delete_node("a100-a")
+    assert delete_error.value.status == 403
+    custom = client.CustomObjectsApi(_client(system.agent_kubeconfig))
+    with pytest.raises(ApiException) as policy_error:
+        custom.create_cluster_custom_object(GROUP, VERSION, "partitionpolicies", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PartitionPolicy",
+            "metadata": {"name": "agent-may-not"}, "spec": {"mode": "dynamic"}})
+    assert policy_error.value.status == 403
+
+
+def _client(kubeconfig: Path) -> client.ApiClient:
+    from kubernetes import config  # noqa: PLC0415
+
+    return config.new_client_from_config(config_file=str(kubeconfig))
+
+
+def _leader(system: System) -> str:
+    lease = client.CoordinationV1Api(system.api).read_namespaced_lease(
+        "tessera-controller", NAMESPACE)
+    return str(lease.spec.holder_identity)
+
+
+def test_when_the_leader_dies_the_other_replica_plans(system: System) -> None:
+    leader = eventually(lambda: _leader(system) in ("c1", "c2") and _leader(system), 30,
+                        "a leader")
+    process = next(p for p in system.controllers if p.name == f"controller-{leader}")
+    process.stop()
+    other = "c2" if leader == "c1" else "c1"
+    eventually(lambda: _leader(system) == other, 40, f"{other} takes the lease")
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "after-failover", "namespace": "default"},
+            "spec": {"nodeSelector": POOL,
+                     "containers": [{"name": "main", "image": "registry.invalid/infer:1",
+                                     "resources": {"limits": {
+                                         "nvidia.com/mig-2g.20gb": "1"}}}]}}
+    system.core.create_namespaced_pod("default", body)
+    eventually(lambda: system.core.read_namespaced_pod("after-failover", "default")
+               .status.phase == "Running", 90, "the pod Running after the failover")
+    system.start_controller(leader)
+
+
+def _set_gpu_spec(system: System, node: str, gpu: dict[str, Any]) -> None:
+    """An admin edits one GPU of a NodePartition (the controller keeps entries it did not
+    plan on a dynamic node)."""
+    partition = system.partition(node)
+    gpus = [g for g in partition["spec"].get("gpus", []) if g.get("index") != gpu["index"]]
+    partition["spec"] = {**partition["spec"], "gpus": [*gpus, gpu],
+                         "planId": f"admin-{time.time_ns()}"}
+    system.custom.replace_cluster_custom_object(GROUP, VERSION, "nodepartitions", node,
+                                                partition)
+
+
+def _condition(system: System, node: str, kind: str) -> dict[str, Any]:
+    return next(c for c in system.partition(node)["status"]["conditions"] if c["type"] == kind)
+
+
+def test_a_cuda_job_outside_kubernetes_protects_its_slice(system: System) -> None:
+    node = "a100-b"
+    _set_gpu_spec(system, node, {"index": 1, "mode": "mig",
+                                 "slices": [{"profile": "7g.80gb", "start": 0}]})
+    slice_ = eventually(lambda: next((s for g in system.partition(node)["status"]["gpus"]
+                                      if g["index"] == 1 for s in g.get("slices", [])
+                                      if s.get("uuid")), None), 30, "the 7g slice made")
+    with FileStore(system.states[node]).mutate() as working:
+        operations.add_process(working, slice_["uuid"], pid=31337, used_mib=512)
+    _set_gpu_spec(system, node, {"index": 1, "mode": "mig",
+                                 "slices": [{"profile": "1g.10gb", "start": 0}]})
+    blocked = eventually(lambda: _condition(system, node, "Blocked")["status"] == "True" and
+                         _condition(system, node, "Blocked"), 30, "Blocked on the job")
+    assert "1 CUDA process(es) outside Kubernetes" in blocked["message"]
+    events = _events(system, "default", node)
+    assert any(r == "Blocked" for r, _ in events), events
+    with FileStore(system.states[node]).mutate() as working:
+        operations.remove_process(working, slice_["uuid"], pid=31337)
+    eventually(lambda: _condition(system, node, "Applied")["status"] == "True", 30,
+               "applied once the job ended")
+
+
+def test_status_reads_as_an_admin_expects(system: System) -> None:
+    partition = system.partition("a100-a")
+    conditions = {c["type"]: c for c in partition["status"]["conditions"]}
+    assert set(conditions) == {"Applied", "Invalid", "Blocked", "ResetRequired", "Degraded"}
+    assert partition["status"]["appliedPlanId"] == partition["spec"].get("planId")
+    print(json.dumps(partition["status"]["conditions"], indent=1))
