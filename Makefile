@@ -12,7 +12,13 @@ STAMP := $(VENV)/.installed-stamp
 # with a warm Go build cache; 22 minutes measured on 2 shared cores when cold, see README).
 GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
 K8S_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" { print $$2; exit }' tools/k8s/go.mod)
-CLUSTER_BINS := tools/k8s/bin/$(K8S_VERSION)
+# Keyed by the content of tools/k8s and kept outside the checkout, so a fresh clone on the same
+# machine (CI) reuses binaries built by an earlier checkout instead of building them again.
+K8S_SOURCES := tools/k8s/go.mod tools/k8s/go.sum tools/k8s/build.sh tools/k8s/tools.go \
+	$(sort $(wildcard tools/k8s/cmd/*/*.go))
+K8S_KEY := $(shell cat $(K8S_SOURCES) | sha256sum | cut -c1-12)
+CLUSTER_CACHE ?= $(HOME)/.cache/tessera/k8s
+CLUSTER_BINS := $(CLUSTER_CACHE)/$(K8S_VERSION)-$(K8S_KEY)
 CLUSTER_STAMP := $(CLUSTER_BINS)/.built
 
 .PHONY: test lint typecheck layers proto-check crd-check pytest demo proto clean cluster-bins
@@ -44,11 +50,11 @@ proto: $(STAMP)
 	$(BIN)/python tools/gen_proto.py
 
 pytest: $(STAMP) cluster-bins
-	$(BIN)/pytest -q
+	TESSERA_K8S_BIN=$(CLUSTER_BINS) $(BIN)/pytest -q
 
 cluster-bins: $(CLUSTER_STAMP)
 
-$(CLUSTER_STAMP): tools/k8s/go.mod tools/k8s/go.sum tools/k8s/build.sh $(wildcard tools/k8s/cmd/*/*.go)
+$(CLUSTER_STAMP):
 	GO=$(GO) tools/k8s/build.sh $(CLUSTER_BINS)
 	touch $@
 

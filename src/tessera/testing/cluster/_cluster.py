@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import hashlib
 import http.client
 import json
 import os
@@ -80,11 +81,28 @@ PORT_ATTEMPTS = 3
 """How often start-up picks fresh ports after a :class:`PortTakenError`."""
 
 
+def cache_bin_dir() -> Path:
+    """Where ``make cluster-bins`` puts the binaries: outside the checkout, keyed by the content
+    of ``tools/k8s`` (the same key the Makefile computes), so every clone on a machine shares
+    one build."""
+    tools = _REPO_ROOT / "tools" / "k8s"
+    sources = [tools / "go.mod", tools / "go.sum", tools / "build.sh", tools / "tools.go",
+               *sorted(tools.glob("cmd/*/*.go"), key=str)]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+    cache = Path(os.environ.get("CLUSTER_CACHE", Path.home() / ".cache" / "tessera" / "k8s"))
+    return cache / f"{KUBERNETES_VERSION}-{digest}"
+
+
 def default_bin_dir() -> Path:
-    """``$TESSERA_K8S_BIN``, else ``tools/k8s/bin/<version>`` in this checkout."""
+    """``$TESSERA_K8S_BIN``, else the shared cache (:func:`cache_bin_dir`), else
+    ``tools/k8s/bin/<version>`` in this checkout."""
     override = os.environ.get(BIN_DIR_ENV)
     if override:
         return Path(override)
+    with contextlib.suppress(OSError):
+        cached = cache_bin_dir()
+        if (cached / ".built").exists():
+            return cached
     return _REPO_ROOT / "tools" / "k8s" / "bin" / KUBERNETES_VERSION
 
 
