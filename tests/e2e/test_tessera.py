@@ -23,6 +23,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tessera.api.migparted import policy_from_mig_parted
 from tessera.kubelet.podresources import PodResourcesClient
 from tessera.nvml.sim import operations
 from tessera.nvml.sim.state import new_node_state
@@ -380,3 +381,31 @@ def test_status_reads_as_an_admin_expects(system: System) -> None:
     assert set(conditions) == {"Applied", "Invalid", "Blocked", "ResetRequired", "Degraded"}
     assert partition["status"]["appliedPlanId"] == partition["spec"].get("planId")
     print(json.dumps(partition["status"]["conditions"], indent=1))
+
+
+def test_a_static_policy_from_mig_parted_is_applied_and_kept(system: System) -> None:
+    policy = policy_from_mig_parted({"version": "v1", "mig-configs": {"all-3g.40gb": [
+        {"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]}},
+        None, name="static-3g", node_selector={"tessera.dev/pool": "static"})
+    system.custom.create_cluster_custom_object(GROUP, VERSION, "partitionpolicies",
+                                               policy.to_wire())
+    shared = {"agent_kubeconfig": system.agent_kubeconfig, "states": system.states}
+    node = system.cluster.add_node("a100-static", labels={"tessera.dev/pool": "static"},
+                                   hooks=[_agent_hook(shared)])
+    system.nodes[node.name] = node
+
+    def layout() -> list[set[tuple[str, int]]]:
+        if not _exists(system, node.name):
+            return []
+        status = system.partition(node.name).get("status", {})
+        return [{(s["profile"], s["start"]) for s in g.get("slices", [])}
+                for g in status.get("gpus", [])]
+
+    wanted = [{("3g.40gb", 0), ("3g.40gb", 4)}] * 2
+    eventually(lambda: layout() == wanted, 60, "the static layout applied on both GPUs")
+    _set_gpu_spec(system, node.name, {"index": 0, "mode": "none"})
+    eventually(lambda: system.partition(node.name)["spec"]["gpus"][0].get("mode") == "mig"
+               and layout() == wanted, 60, "the controller restores the policy's layout")
+    status = system.custom.get_cluster_custom_object(GROUP, VERSION, "partitionpolicies",
+                                                     "static-3g")["status"]
+    assert status["matchedNodes"] == ["a100-static"]

@@ -12,7 +12,15 @@ import sys
 from collections.abc import Sequence
 
 from tessera import __version__
-from tessera.cli import agent_cmd, catalogue_cmd, controller_cmd, dev_cmd, plan_cmd, simulate_cmd
+from tessera.cli import (
+    agent_cmd,
+    catalogue_cmd,
+    controller_cmd,
+    dev_cmd,
+    plan_cmd,
+    policy_cmd,
+    simulate_cmd,
+)
 from tessera.core.errors import TesseraError
 
 EXIT_USAGE = 2
@@ -30,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate_cmd.register(commands)
     agent_cmd.register(commands)
     controller_cmd.register(commands)
+    policy_cmd.register(commands)
     dev_cmd.register(commands)
     return parser
 

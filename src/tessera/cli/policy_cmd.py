@@ -1,0 +1,50 @@
+"""``tessera policy import-mig-parted FILE``: a mig-parted config as a static PartitionPolicy."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tessera.api.migparted import policy_from_mig_parted
+from tessera.core.errors import InvalidInputError
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("policy", help="PartitionPolicy tools")
+    tools = parser.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
+    imported = tools.add_parser(
+        "import-mig-parted", help="print a static PartitionPolicy from a mig-parted config",
+        description="Read an NVIDIA mig-parted config file and print the PartitionPolicy "
+        "(mode static) for one of its configs; apply it with kubectl apply -f -.")
+    imported.add_argument("file")
+    imported.add_argument("--config", help="which mig-configs entry (default: the only one)")
+    imported.add_argument("--name", help="the policy's name (default: from the config)")
+    imported.add_argument("--node-selector", default="",
+                          help="label=value[,label=value]: the nodes it applies to")
+    imported.set_defaults(run=run_import)
+
+
+def _selector(text: str) -> dict[str, str]:
+    labels = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key:
+            raise InvalidInputError("--node-selector", f"{part!r} is not label=value")
+        labels[key] = value
+    return labels
+
+
+def run_import(args: argparse.Namespace) -> int:
+    try:
+        document = yaml.safe_load(Path(args.file).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidInputError("FILE", f"cannot read {args.file}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise InvalidInputError("FILE", f"{args.file} is not YAML: {exc}") from exc
+    policy = policy_from_mig_parted(document, args.config, args.name,
+                                    _selector(args.node_selector))
+    print(yaml.safe_dump(policy.to_wire(), sort_keys=False), end="")
+    return 0
