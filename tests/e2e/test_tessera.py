@@ -8,27 +8,22 @@ real kubelets whose device manager registers, lists and allocates from the agent
 
 from __future__ import annotations
 
-import base64
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tessera.api.migparted import policy_from_mig_parted
 from tessera.kubelet.podresources import PodResourcesClient
 from tessera.nvml.sim import operations
-from tessera.nvml.sim.state import new_node_state
-from tessera.nvml.sim.store import FileStore, load_state_file, write_new_state_file
-from tessera.testing.cluster import Cluster, Node, Process
+from tessera.nvml.sim.store import FileStore, load_state_file
+from tessera.testing.cluster import Cluster
+from tessera.testing.deployment import TesseraDeployment
 
 from ._util import eventually
 
@@ -39,128 +34,32 @@ MIG_1G = "nvidia.com/mig-1g.10gb"
 GROUP, VERSION = "tessera.dev", "v1alpha1"
 
 
-@dataclass
-class System:
-    cluster: Cluster
-    api: client.ApiClient
-    agent_kubeconfig: Path
-    controller_kubeconfig: Path
-    nodes: dict[str, Node]
-    states: dict[str, Path]
-    controllers: list[Process]
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    @property
-    def custom(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api)
-
-    def partition(self, node: str) -> dict[str, Any]:
-        return self.custom.get_cluster_custom_object(GROUP, VERSION, "nodepartitions", node)
-
-    def start_controller(self, identity: str) -> Process:
-        process = Process(f"controller-{identity}", [
-            sys.executable, "-m", "tessera.cli.main", "controller",
-            "--kubeconfig", str(self.controller_kubeconfig), "--namespace", NAMESPACE,
-            "--metrics-port", "0", "--identity", identity, "--batch-idle-seconds", "0.3",
-            "--batch-max-seconds", "2", "--log-level", "INFO"],
-            log_path=self.cluster.root / "logs" / f"controller-{identity}.log")
-        self.controllers.append(process)
-        return process
-
-
-def _helm(cluster: Cluster, *args: str) -> str:
-    helm = cluster.binaries.directory / "helm"
-    result = subprocess.run([str(helm), "--kubeconfig", str(cluster.kubeconfig), *args],
-                            capture_output=True, text=True, timeout=180, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
-def _token_kubeconfig(cluster: Cluster, core: client.CoreV1Api, account: str,
-                      path: Path) -> Path:
-    request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(expiration_seconds=3600, audiences=[]))
-    token = core.create_namespaced_service_account_token(account, NAMESPACE, request)
-    admin = yaml.safe_load(cluster.kubeconfig.read_text())
-    server = admin["clusters"][0]["cluster"]
-    ca = server.get("certificate-authority-data") or base64.b64encode(
-        Path(server["certificate-authority"]).read_bytes()).decode()
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": account,
-        "clusters": [{"name": "test", "cluster": {"server": server["server"],
-                                                  "certificate-authority-data": ca}}],
-        "users": [{"name": account, "user": {"token": token.status.token}}],
-        "contexts": [{"name": account, "context": {"cluster": "test", "user": account}}],
-    }))
-    return path
-
-
-def _agent_hook(system: dict[str, Any]) -> Any:
-    def start(node: Node) -> None:
-        state = node.root / "gpus.json"
-        write_new_state_file(state, new_node_state(node.name, ["A100-80GB", "A100-80GB"],
-                                                   mig=False))
-        system["states"][node.name] = state
-        node.spawn("agent", [
-            sys.executable, "-m", "tessera.cli.main", "agent", "--node-name", node.name,
-            "--kubeconfig", str(system["agent_kubeconfig"]), "--nvml", f"sim:{state}",
-            "--plugin-dir", str(node.device_plugin_dir),
-            "--pod-resources-socket", str(node.pod_resources_socket),
-            "--resync-seconds", "1", "--metrics-port", "0",
-            "--log-level", "INFO"])
-    return start
+System = TesseraDeployment
 
 
 @pytest.fixture(scope="module")
 def system(cluster: Cluster) -> Iterator[System]:
-    api = cluster.api_client()
-    core = client.CoreV1Api(api)
-    _helm(cluster, "install", "tessera", str(ROOT / "charts" / "tessera"), "--namespace",
-          NAMESPACE, "--create-namespace", "--set", "agent.enabled=false",
-          "--set", "controller.enabled=false", "--wait", "--timeout", "120s")
-    cluster.wait_for_service_account(NAMESPACE, "tessera-agent")
-    scratch = cluster.root / "tessera-e2e"
-    scratch.mkdir(exist_ok=True)
-    shared: dict[str, Any] = {
-        "agent_kubeconfig": _token_kubeconfig(cluster, core, "tessera-agent",
-                                              scratch / "agent.kubeconfig"),
-        "states": {},
-    }
-    controller_kubeconfig = _token_kubeconfig(cluster, core, "tessera-controller",
-                                              scratch / "controller.kubeconfig")
-    nodes = {name: cluster.add_node(name, labels=POOL, hooks=[_agent_hook(shared)])
-             for name in ("a100-a", "a100-b")}
-    running = System(cluster, api, shared["agent_kubeconfig"], controller_kubeconfig, nodes,
-                     shared["states"], [])
-    running.custom.create_cluster_custom_object(GROUP, VERSION, "partitionpolicies", {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PartitionPolicy",
-        "metadata": {"name": "a100-dynamic"},
-        "spec": {"nodeSelector": {"matchLabels": POOL}, "mode": "dynamic"}})
-    running.start_controller("c1")
-    running.start_controller("c2")
+    running = System(cluster, NAMESPACE)
+    running.install()
     try:
-        for name in nodes:
-            eventually(lambda n=name: _exists(running, n), 30, f"NodePartition {name}")
+        for name in ("a100-a", "a100-b"):
+            running.add_gpu_node(name, POOL, ["A100-80GB", "A100-80GB"])
+        running.create_policy({
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PartitionPolicy",
+            "metadata": {"name": "a100-dynamic"},
+            "spec": {"nodeSelector": {"matchLabels": POOL}, "mode": "dynamic"}})
+        for identity in ("c1", "c2"):
+            running.start_controller(identity, "--batch-idle-seconds", "0.3",
+                                     "--batch-max-seconds", "2")
+        for name in list(running.nodes):
+            eventually(lambda n=name: running.reported(n), 30, f"NodePartition {name}")
         yield running
     finally:
-        for process in running.controllers:
-            process.stop()
-        for name in list(nodes):
-            cluster.remove_node(name)
-        subprocess.run([str(cluster.binaries.directory / "helm"), "--kubeconfig",
-                        str(cluster.kubeconfig), "uninstall", "tessera", "-n", NAMESPACE],
-                       capture_output=True, timeout=120, check=False)
+        running.uninstall()
 
 
 def _exists(system: System, node: str) -> bool:
-    try:
-        partition = system.partition(node)
-    except ApiException:
-        return False
-    return bool(partition.get("status", {}).get("gpus"))
+    return system.reported(node)
 
 
 def _deployment(name: str, replicas: int, resource: str, count: int = 1) -> dict[str, Any]:
@@ -324,6 +223,7 @@ def test_when_the_leader_dies_the_other_replica_plans(system: System) -> None:
                         "a leader")
     process = next(p for p in system.controllers if p.name == f"controller-{leader}")
     process.stop()
+    system.controllers.remove(process)
     other = "c2" if leader == "c1" else "c1"
     eventually(lambda: _leader(system) == other, 40, f"{other} takes the lease")
     body = {"apiVersion": "v1", "kind": "Pod",
@@ -335,7 +235,7 @@ def test_when_the_leader_dies_the_other_replica_plans(system: System) -> None:
     system.core.create_namespaced_pod("default", body)
     eventually(lambda: system.core.read_namespaced_pod("after-failover", "default")
                .status.phase == "Running", 90, "the pod Running after the failover")
-    system.start_controller(leader)
+    system.start_controller(leader, "--batch-idle-seconds", "0.3", "--batch-max-seconds", "2")
 
 
 def _set_gpu_spec(system: System, node: str, gpu: dict[str, Any]) -> None:
@@ -389,10 +289,8 @@ def test_a_static_policy_from_mig_parted_is_applied_and_kept(system: System) -> 
         None, name="static-3g", node_selector={"tessera.dev/pool": "static"})
     system.custom.create_cluster_custom_object(GROUP, VERSION, "partitionpolicies",
                                                policy.to_wire())
-    shared = {"agent_kubeconfig": system.agent_kubeconfig, "states": system.states}
-    node = system.cluster.add_node("a100-static", labels={"tessera.dev/pool": "static"},
-                                   hooks=[_agent_hook(shared)])
-    system.nodes[node.name] = node
+    node = system.add_gpu_node("a100-static", {"tessera.dev/pool": "static"},
+                               ["A100-80GB", "A100-80GB"])
 
     def layout() -> list[set[tuple[str, int]]]:
         if not _exists(system, node.name):

@@ -1,0 +1,142 @@
+"""Tessera deployed on a test cluster, the way the chart deploys it, for e2e tests and benchmarks.
+
+The chart is installed with helm (CRDs, RBAC, service accounts, the admission policy) with its
+workloads disabled; the controller and one agent per simulated GPU node then run as real local
+processes carrying the chart's service-account tokens, so what they may do is exactly what the
+chart grants. Each GPU node is a real kubelet (:class:`~tessera.testing.cluster.Node`) whose
+agent drives an NVML simulator state file.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tessera.api.v1alpha1 import GROUP, VERSION
+from tessera.nvml.sim.state import new_node_state
+from tessera.nvml.sim.store import write_new_state_file
+from tessera.testing.cluster import Cluster, Node, Process
+
+__all__ = ["CHART", "TesseraDeployment"]
+
+CHART = Path(__file__).resolve().parents[3] / "charts" / "tessera"
+
+
+def _token_kubeconfig(cluster: Cluster, core: client.CoreV1Api, namespace: str, account: str,
+                      path: Path) -> Path:
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(expiration_seconds=3600, audiences=[]))
+    token = core.create_namespaced_service_account_token(account, namespace, request)
+    assert token.status is not None
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    server = admin["clusters"][0]["cluster"]
+    ca = server.get("certificate-authority-data") or base64.b64encode(
+        Path(server["certificate-authority"]).read_bytes()).decode()
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": account,
+        "clusters": [{"name": "test", "cluster": {"server": server["server"],
+                                                  "certificate-authority-data": ca}}],
+        "users": [{"name": account, "user": {"token": token.status.token}}],
+        "contexts": [{"name": account, "context": {"cluster": "test", "user": account}}],
+    }))
+    return path
+
+
+class TesseraDeployment:
+    """Install with :meth:`install`; add nodes and controllers; :meth:`uninstall` at the end."""
+
+    def __init__(self, cluster: Cluster, namespace: str = "tessera") -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.api = cluster.api_client()
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.scratch = cluster.root / "tessera"
+        self.agent_kubeconfig = self.scratch / "agent.kubeconfig"
+        self.controller_kubeconfig = self.scratch / "controller.kubeconfig"
+        self.nodes: dict[str, Node] = {}
+        self.states: dict[str, Path] = {}
+        self.controllers: list[Process] = []
+
+    def helm(self, *args: str) -> str:
+        result = subprocess.run(
+            [self.cluster.binaries["helm"], "--kubeconfig", str(self.cluster.kubeconfig),
+             *args], capture_output=True, text=True, timeout=180, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"helm {' '.join(args)}: {result.stdout}{result.stderr}")
+        return result.stdout
+
+    def install(self) -> TesseraDeployment:
+        self.helm("install", "tessera", str(CHART), "--namespace", self.namespace,
+                  "--create-namespace", "--set", "agent.enabled=false",
+                  "--set", "controller.enabled=false", "--wait", "--timeout", "120s")
+        self.cluster.wait_for_service_account(self.namespace, "tessera-agent")
+        self.cluster.wait_for_service_account(self.namespace, "tessera-controller")
+        self.scratch.mkdir(exist_ok=True)
+        _token_kubeconfig(self.cluster, self.core, self.namespace, "tessera-agent",
+                          self.agent_kubeconfig)
+        _token_kubeconfig(self.cluster, self.core, self.namespace, "tessera-controller",
+                          self.controller_kubeconfig)
+        return self
+
+    def uninstall(self) -> None:
+        for process in self.controllers:
+            process.stop()
+        for name in list(self.nodes):
+            self.cluster.remove_node(name)
+            del self.nodes[name]
+        subprocess.run([self.cluster.binaries["helm"], "--kubeconfig",
+                        str(self.cluster.kubeconfig), "uninstall", "tessera", "-n",
+                        self.namespace], capture_output=True, timeout=120, check=False)
+
+    def add_gpu_node(self, name: str, labels: Mapping[str, str], models: Sequence[str],
+                     *, mig: bool = False, resync_s: float = 1.0) -> Node:
+        """A real kubelet with ``tessera agent`` beside it on a simulated node of ``models``."""
+
+        def start_agent(node: Node) -> None:
+            state = node.root / "gpus.json"
+            write_new_state_file(state, new_node_state(node.name, list(models), mig=mig))
+            self.states[node.name] = state
+            node.spawn("agent", [
+                sys.executable, "-m", "tessera.cli.main", "agent", "--node-name", node.name,
+                "--kubeconfig", str(self.agent_kubeconfig), "--nvml", f"sim:{state}",
+                "--plugin-dir", str(node.device_plugin_dir),
+                "--pod-resources-socket", str(node.pod_resources_socket),
+                "--resync-seconds", str(resync_s), "--metrics-port", "0",
+                "--log-level", "INFO"])
+
+        node = self.cluster.add_node(name, labels=labels, hooks=[start_agent])
+        self.nodes[name] = node
+        return node
+
+    def start_controller(self, identity: str, *extra: str) -> Process:
+        process = Process(f"controller-{identity}", [
+            sys.executable, "-m", "tessera.cli.main", "controller",
+            "--kubeconfig", str(self.controller_kubeconfig), "--namespace", self.namespace,
+            "--metrics-port", "0", "--identity", identity, "--log-level", "INFO", *extra],
+            log_path=self.cluster.root / "logs" / f"controller-{identity}.log")
+        self.controllers.append(process)
+        return process
+
+    def partition(self, node: str) -> dict[str, Any]:
+        return cast(dict[str, Any], self.custom.get_cluster_custom_object(
+            GROUP, VERSION, "nodepartitions", node))
+
+    def reported(self, node: str) -> bool:
+        """The node's agent has reported its cards."""
+        try:
+            return bool(self.partition(node).get("status", {}).get("gpus"))
+        except ApiException:
+            return False
+
+    def create_policy(self, body: Mapping[str, Any]) -> None:
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "partitionpolicies",
+                                                 dict(body))
