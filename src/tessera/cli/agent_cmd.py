@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from tessera.agent.node import NodeRuntime, RuntimeSettings
 from tessera.agent.reconciler import Reconciler
 from tessera.agent.runner import AgentRunner
 from tessera.api.v1alpha1 import NodePartition
+from tessera.cli import logs
 from tessera.core.errors import InvalidInputError
 from tessera.kube.config import api_client
 from tessera.kube.events import EventRecorder
@@ -83,13 +82,6 @@ def _settings(args: argparse.Namespace) -> RuntimeSettings:
     )
 
 
-def _logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(), stream=sys.stderr,
-        format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'
-               '"message":"%(message)s"}')
-
-
 def register(commands: Any) -> None:
     agent = commands.add_parser(
         "agent", help="run the node agent",
@@ -139,7 +131,7 @@ def load_partition(path: str) -> NodePartition:
 
 
 def run_agent(args: argparse.Namespace) -> int:
-    _logging(args.log_level)
+    logs.configure(args.log_level)
     if not args.once:
         return _run_connected(args)
     if not args.spec_file:
@@ -182,7 +174,7 @@ def _run_connected(args: argparse.Namespace) -> int:
 
 
 def run_device_plugin(args: argparse.Namespace) -> int:
-    _logging(args.log_level)
+    logs.configure(args.log_level)
     backend = open_backend(args.nvml)
     runtime = NodeRuntime(backend, _settings(args))
     stop = threading.Event()

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import sys
 from typing import Any
 
+from tessera.cli import logs
 from tessera.controller import operator
 from tessera.controller.loop import ControllerSettings
 from tessera.kube.config import api_client
@@ -38,10 +37,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr,
-        format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'
-               '"message":"%(message)s"}')
+    logs.configure(args.log_level)
     settings = ControllerSettings(batch_idle_s=args.batch_idle_seconds,
                                   batch_max_s=args.batch_max_seconds,
                                   plan_timeout_s=args.plan_timeout_seconds, solver=args.solver)

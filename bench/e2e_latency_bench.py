@@ -1,0 +1,105 @@
+"""Pending pod to Running on the real control plane, with the default batching window.
+
+Two cases, 20 pods each, one at a time so every pod's latency is its own:
+
+- *new slice*: the GPUs are in MIG mode but empty, so every pod waits for the controller to
+  plan, the agent to create a 1g.10gb slice, the plugin to advertise it and the kubelet to
+  publish it (``nodeStatusUpdateFrequency``, default 10 s, is the floor), then the scheduler;
+- *free slice*: the same pods again after the first ones were deleted, so each fits a slice
+  that is already there.
+
+Run: ``.venv/bin/python bench/e2e_latency_bench.py [--status-frequency 10s] [--pods 20]``
+(needs ``make cluster-bins``). Prints a table and writes JSON beside this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from tessera.testing.cluster import Cluster
+from tessera.testing.deployment import TesseraDeployment
+
+POOL = {"tessera.dev/pool": "bench"}
+RESOURCE = "nvidia.com/mig-1g.10gb"
+
+
+def _pod(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"bench": "e2e"}},
+            "spec": {"nodeSelector": POOL, "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "main", "image": "registry.invalid/infer:1",
+                                     "resources": {"limits": {RESOURCE: "1"}}}]}}
+
+
+def _time_to_running(core: client.CoreV1Api, name: str, timeout: float = 120.0) -> float:
+    started = time.monotonic()
+    core.create_namespaced_pod("default", _pod(name))
+    while time.monotonic() - started < timeout:
+        if core.read_namespaced_pod(name, "default").status.phase == "Running":
+            return time.monotonic() - started
+        time.sleep(0.05)
+    raise TimeoutError(f"{name} not Running after {timeout} s")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--status-frequency", default="10s",
+                        help="the kubelet's nodeStatusUpdateFrequency (default: its default)")
+    parser.add_argument("--pods", type=int, default=20)
+    args = parser.parse_args()
+    results: dict[str, list[float]] = {}
+    with Cluster(node_status_update_frequency=args.status_frequency) as cluster:
+        system = TesseraDeployment(cluster).install()
+        try:
+            for name in ("bench-a", "bench-b"):
+                system.add_gpu_node(name, POOL, ["A100-80GB", "A100-80GB"], mig=True)
+            system.create_policy({
+                "apiVersion": "tessera.dev/v1alpha1", "kind": "PartitionPolicy",
+                "metadata": {"name": "bench"},
+                "spec": {"nodeSelector": {"matchLabels": POOL}, "mode": "dynamic"}})
+            system.start_controller("bench")
+            for name in system.nodes:
+                while not system.reported(name):
+                    time.sleep(0.2)
+            core = system.core
+            results["new slice"] = [_time_to_running(core, f"new-{i}")
+                                    for i in range(args.pods)]
+            for i in range(args.pods):
+                core.delete_namespaced_pod(f"new-{i}", "default", grace_period_seconds=0)
+            while core.list_namespaced_pod("default", label_selector="bench=e2e").items:
+                time.sleep(0.2)
+            time.sleep(3)  # the agents report the slices free again
+            results["free slice"] = [_time_to_running(core, f"free-{i}")
+                                     for i in range(args.pods)]
+        finally:
+            system.uninstall()
+    print(f"kubelet nodeStatusUpdateFrequency {args.status_frequency}, {args.pods} pods each,"
+          " controller batching 0.5 s idle / 3 s max")
+    print(f"{'case':<12} {'p50 s':>7} {'p95 s':>7} {'mean s':>7} {'max s':>7}")
+    summary = {}
+    for case, values in results.items():
+        row = {"p50": _percentile(values, 0.5), "p95": _percentile(values, 0.95),
+               "mean": statistics.fmean(values), "max": max(values)}
+        summary[case] = {**row, "samples": values}
+        print(f"{case:<12} {row['p50']:7.2f} {row['p95']:7.2f} {row['mean']:7.2f} "
+              f"{row['max']:7.2f}")
+    out = Path(__file__).with_name("e2e_latency_results.json")
+    out.write_text(json.dumps({"status_frequency": args.status_frequency, **summary},
+                              indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""Structured logs for the long-running processes: one JSON object per line on stderr, so a
+log shipper can index level, logger and message without parsing prose."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+__all__ = ["configure"]
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
+                 "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter())
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
