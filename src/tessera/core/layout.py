@@ -30,6 +30,7 @@ __all__ = [
     "Slice",
     "check_layout",
     "conflict_with",
+    "count_profiles",
     "diff_layouts",
     "enumerate_layouts",
     "free_memory_slices",

@@ -226,9 +226,6 @@ class NodeState(_Strict):
         return event
 
 
-MigModeSpec = Literal["enabled", "disabled"]
-
-
 def new_node_state(node: str, models: list[str], mig: bool = True) -> NodeState:
     """A node whose cards are of the given catalogue models, all idle and empty."""
     gpus = [
@@ -236,8 +233,8 @@ def new_node_state(node: str, models: list[str], mig: bool = True) -> NodeState:
             index=i,
             model=name,
             uuid="GPU-" + _derived_uuid(node, "gpu", i),
-            mig_current=int(mig and name != "none"),
-            mig_pending=int(mig and name != "none"),
+            mig_current=int(mig),
+            mig_pending=int(mig),
         )
         for i, name in enumerate(models)
     ]
