@@ -96,7 +96,14 @@ class ApiWriter:
                 self._partitions.create(NodePartition(metadata=ObjectMeta(name=node),
                                                       spec=spec))
             else:
-                self._partitions.write_spec(current.model_copy(update={"spec": spec}))
+                # The agent's status writes move resourceVersion all the time; what must not
+                # have moved is the spec this plan was based on.
+                fresh = self._partitions.get(node)
+                if fresh is None or fresh.spec != current.spec:
+                    log.info("NodePartition %s spec changed under the plan; planning again",
+                             node)
+                    return False
+                self._partitions.write_spec(fresh.model_copy(update={"spec": spec}))
         except ApiException as exc:
             if exc.status in (404, 409):
                 log.info("NodePartition %s changed under the plan (%s); planning again", node,
