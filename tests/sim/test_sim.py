@@ -5,6 +5,7 @@ placements), the best static mix, and the report."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from importlib import resources
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import pytest
 from tessera.core import layout
 from tessera.core.catalogue import model
 from tessera.core.errors import InvalidInputError
-from tessera.sim.cluster import load_cluster, shorthand
+from tessera.core.planner.synthetic import standard_layouts
+from tessera.sim.cluster import ClusterSpec, load_cluster, shorthand
 from tessera.sim.engine import RunResult, percentile, simulate
 from tessera.sim.policies import (
     DynamicPolicy,
@@ -24,7 +26,15 @@ from tessera.sim.policies import (
     StaticPolicy,
 )
 from tessera.sim.report import render_table, write_report
-from tessera.sim.static_mix import best_static_mix, compositions, pool_served
+from tessera.sim.static_mix import (
+    STANDARD_LAYOUTS,
+    best_static_mix,
+    composition_matrix,
+    compositions,
+    pool_served,
+    pool_table,
+    rank_mixes,
+)
 from tessera.sim.workload import (
     Job,
     load_trace,
@@ -45,6 +55,46 @@ def _bundled() -> Path:
 def _job(seq: int, at: float, profile: str, duration: float = 10.0, count: int = 1) -> Job:
     return Job(seq, f"j{seq}", at, duration, ((profile, count),),
                A100.profile(profile).compute_slices * count)
+
+
+def _exhaustive_ranking(cluster: ClusterSpec, jobs: list[Job], horizon: float
+                        ) -> list[tuple[float, tuple[int, ...]]]:
+    """The search as first written: every mix scored one by one in Python."""
+    per_node = len(cluster.nodes[0].gpus)
+    known = standard_layouts(cluster.main_model.name)
+    names = [name for name in STANDARD_LAYOUTS if name in known]
+    slices_per_node = [Counter({p: c * per_node for p, c in
+                                Counter(s.profile for s in known[name]).items()})
+                       for name in names]
+    by_profile: dict[str, list[Job]] = {}
+    for job in jobs:
+        if job.arrival <= horizon and len(job.requests) == 1:
+            by_profile.setdefault(job.requests[0][0], []).append(job)
+    profiles = sorted(by_profile)
+    scored = [(sum(pool_served(by_profile[p],
+                               sum(n * slices_per_node[i][p] for i, n in enumerate(mix)),
+                               horizon) for p in profiles), mix)
+              for mix in compositions(len(cluster.nodes), len(names))]
+    scored.sort(key=lambda item: (-item[0], item[1]))
+    return scored
+
+
+def _mixed_jobs(rng: random.Random, count: int, horizon: float) -> list[Job]:
+    """Every standard profile, some multi-slice and two-profile pods, ties in arrival."""
+    profiles = ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
+    jobs = []
+    for seq in range(count):
+        at = float(rng.randrange(int(horizon * 1.1)))
+        duration = float(rng.choice([1, 5, 30, 120, 600]))
+        roll = rng.random()
+        if roll < 0.1:
+            jobs.append(Job(seq, f"j{seq}", at, duration, (("1g.10gb", 1), ("3g.40gb", 1)), 4))
+        elif roll < 0.25:
+            jobs.append(_job(seq, at, rng.choice(["7g.80gb", "3g.40gb"]), duration,
+                             rng.randint(2, 3)))
+        else:
+            jobs.append(_job(seq, at, rng.choice(profiles), duration))
+    return sorted(jobs, key=lambda j: (j.arrival, j.seq))
 
 
 def _all_policies(nodes: int = 1, gpus: int = 2) -> list[SimPolicy]:
@@ -149,7 +199,7 @@ class TestEventLoop:
         jobs = synthetic(random.Random(3), 150, A100, rate=0.05, mean_duration=300)
         horizon = jobs[-1].arrival
 
-        def summaries() -> list[dict[str, object]]:
+        def summaries() -> list[dict[str, float | int | str]]:
             out = []
             for p in _all_policies():
                 s = simulate(p, jobs, capacity=14, horizon=horizon).summary()
@@ -180,9 +230,10 @@ class TestPolicies:
         # start; the planner puts the 1g out of the 4g's way.
         cluster = shorthand(1, 1, "A100-80GB")
         jobs = [_job(0, 0.0, "1g.10gb", 1000), _job(1, 30.0, "4g.40gb", 100)]
-        kw = {"batch_window": 0.0, "reconfig_latency": 0.0, "capacity_lag": 0.0}
-        greedy = simulate(GreedyPolicy(cluster, **kw), jobs, capacity=7, horizon=500)
-        dynamic = simulate(DynamicPolicy(cluster, **kw), jobs, capacity=7, horizon=500)
+        greedy = simulate(GreedyPolicy(cluster, batch_window=0.0, reconfig_latency=0.0,
+                                       capacity_lag=0.0), jobs, capacity=7, horizon=500)
+        dynamic = simulate(DynamicPolicy(cluster, batch_window=0.0, reconfig_latency=0.0,
+                                         capacity_lag=0.0), jobs, capacity=7, horizon=500)
         assert greedy.placed == 1
         assert greedy.failed_creates >= 1
         assert dynamic.placed == 2
@@ -227,6 +278,34 @@ class TestBestStaticMix:
         assert best.mixes_scored == 56  # C(3 + 5, 5) mixes of 6 layouts on 3 nodes
         assert dict(best.nodes) == {"all-3g": 1, "all-7g": 2}
         assert best.result.served == pytest.approx(best.score)  # one-slice pods: exact
+
+    @pytest.mark.parametrize(("total", "parts"), [(0, 1), (5, 1), (0, 4), (4, 3), (7, 6)])
+    def test_composition_matrix_is_compositions_in_order(self, total: int, parts: int) -> None:
+        rows = [tuple(int(n) for n in row) for row in composition_matrix(total, parts)]
+        assert rows == list(compositions(total, parts))
+
+    @pytest.mark.parametrize("seed", range(6))
+    def test_pool_table_is_pool_served_bit_for_bit(self, seed: int) -> None:
+        rng = random.Random(seed)
+        jobs = [j for j in _mixed_jobs(rng, 80, 500.0) if len(j.requests) == 1]
+        sizes = [0, 1, 2, 3, 5, 8, 13, 40, 200, 500]
+        assert pool_table(jobs, sizes, 500.0) == [pool_served(jobs, k, 500.0) for k in sizes]
+
+    @pytest.mark.parametrize(("seed", "nodes", "gpus"), [
+        (1, 1, 1), (2, 2, 2), (3, 3, 1), (4, 4, 2), (5, 5, 3), (6, 6, 1), (7, 3, 8),
+    ])
+    def test_fast_search_is_the_exhaustive_one(self, seed: int, nodes: int, gpus: int) -> None:
+        cluster = shorthand(nodes, gpus, "A100-80GB")
+        horizon = 400.0
+        jobs = _mixed_jobs(random.Random(seed), 30 * nodes * gpus, horizon)
+        reference = _exhaustive_ranking(cluster, jobs, horizon)
+        names, ranked, count = rank_mixes(cluster, jobs, horizon)
+        assert names == list(STANDARD_LAYOUTS)
+        assert count == len(reference)
+        assert ranked == reference  # same mixes, same order, the same floats exactly
+        assert rank_mixes(cluster, jobs, horizon, top=3)[1] == reference[:3]
+        best = best_static_mix(cluster, jobs, horizon)
+        assert best.score in [score for score, _ in reference[:3]]
 
 
 class TestReport:
