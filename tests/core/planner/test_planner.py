@@ -56,6 +56,42 @@ class TestPlacement:
         assert sorted(s.profile or "" for s in placement.slices) == [
             "3g.20gb", "3g.20gb", "4g.20gb"]
 
+    def test_a_whole_card_is_made_for_a_pod_the_small_ones_left_no_room_for(
+        self, solver: str
+    ) -> None:
+        # Smallest first packs both 3g slices onto one card (3g@0 blocks its 4g) and gives
+        # each 4g a card of its own; largest and oldest first spend all three cards on the
+        # wide pod. Only a repack of the node (4g+3g twice, the 7g alone) places five.
+        nodes = [{"name": "a", "gpus": [gpu(i, "A100-80GB") for i in range(3)]}]
+        pods = [pod("a-wide", mig_7g_80gb=3), pod("b-3g", mig_3g_40gb=1),
+                pod("c-3g", mig_3g_40gb=1), pod("d-4g", mig_4g_40gb=1),
+                pod("e-4g", mig_4g_40gb=1), pod("f-7g", mig_7g_80gb=1)]
+        result = run(nodes, pods, solver)
+        assert [u.pod for u in result.unplaced] == ["default/a-wide"]
+        assert sorted(t.slices for t in result.gpus) == [
+            (Slice("4g.40gb", 0), Slice("3g.40gb", 4)),
+            (Slice("4g.40gb", 0), Slice("3g.40gb", 4)),
+            (Slice("7g.80gb", 0),),
+        ]
+
+    def test_a_repack_works_around_in_use_slices(self, solver: str) -> None:
+        # Free: two 2g placements on card 0, one 1g.20gb placement (start 6) on card 1. The
+        # greedy (sizes tie, so oldest first) fills card 0, already touched for pod a, with
+        # the 1g.20gb; repacking the node puts that at 6 on card 1 and a second 2g fits.
+        # In-use slices stay put.
+        nodes = [{"name": "a", "gpus": [
+            gpu(0, "A100-80GB", "3g.40gb@4*"),
+            gpu(1, "A100-80GB", "2g.20gb@0*", "2g.20gb@2*", "2g.20gb@4*")]}]
+        pods = [pod("a", mig_2g_20gb=1), pod("b", mig_1g_20gb=1), pod("c", mig_2g_20gb=1),
+                pod("d", mig_2g_20gb=1)]
+        result = run(nodes, pods, solver)
+        assert len(result.placements) == 3
+        by_pod = {p.pod: p.slices for p in result.placements}
+        assert by_pod["default/b"] == (AssignedSlice(1, "nvidia.com/mig-1g.20gb", "1g.20gb", 6),)
+        assert sorted(s.start or 0 for k, v in by_pod.items() if k != "default/b" for s in v) == [
+            0, 2]
+        assert all(t.destroy == () for t in result.gpus)
+
     def test_higher_priority_pods_win_the_last_capacity(self, solver: str) -> None:
         result = run([{"name": "a", "gpus": [gpu(0)]}],
                      [pod("low", 0, mig_7g_40gb=1), pod("high", 5, mig_7g_40gb=1)], solver)
@@ -181,4 +217,6 @@ class TestContract:
                                  "destroy": [], "create": [{"profile": "1g.5gb", "start": 6}]}]
         assert data["placements"] == [{"pod": "default/p1", "node": "node-a",
                                        "slices": [{"gpu": 0, "profile": "1g.5gb", "start": 6}]}]
-        assert [u["pod"] for u in data["unplaced"]] == ["default/p9"]  # type: ignore[index]
+        unplaced = data["unplaced"]
+        assert isinstance(unplaced, list)
+        assert [u["pod"] for u in unplaced] == ["default/p9"]

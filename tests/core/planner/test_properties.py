@@ -66,8 +66,8 @@ def check_plan(snapshot: Snapshot, pods: tuple[PendingPod, ...], result: Plan) -
                 continue
             assert item.start is not None
             slice_ = Slice(item.profile, item.start)
-            target = targets.get((node.name, gpu.index))
-            final = set(target.slices) if target else {s.slice for s in gpu.slices}
+            changed = targets.get((node.name, gpu.index))
+            final = set(changed.slices) if changed else {s.slice for s in gpu.slices}
             assert slice_ in final
             assert slice_ not in {s.slice for s in gpu.slices if s.in_use}
             assert catalogue.mig_resource_name(item.profile) == item.resource
@@ -104,10 +104,11 @@ def test_the_exact_solver_is_never_beaten(seed: int) -> None:
     assert placed_by_priority(pods, exact) >= placed_by_priority(pods, fast)
 
 
-def test_the_fast_solver_places_within_two_percent_of_the_exact_one() -> None:
-    """Issue #5 asks for 1%; on these seeds the fast solver reaches 98.9% of all pods and
-    100% of the top priority. The gap: pods wanting a 7g slice plus a small one, whose 7g
-    slots the greedy order gave away first. Tightened to 0.99 once that is closed."""
+def test_the_fast_solver_places_within_one_percent_of_the_exact_one() -> None:
+    """Issue #5's bar: within 1% of the exact solver. The greedy alone reached 98.3% here
+    (pods wanting a 7g, or a 7g plus a small slice, lost the whole cards to earlier small
+    pods); with the repair phase that repacks nodes for left-out pods it places as many as
+    the exact solver on these seeds (178 of 178, top priority 75 of 75)."""
     fast = exact = top_fast = top_exact = 0
     for seed in SEEDS:
         _, pods = case(seed)
@@ -116,7 +117,7 @@ def test_the_fast_solver_places_within_two_percent_of_the_exact_one() -> None:
         top_fast += placed_by_priority(pods, solved(seed, "fast"))[0]
         top_exact += placed_by_priority(pods, solved(seed, "exact"))[0]
     assert exact > 100  # the cases are not trivially empty
-    assert fast >= 0.98 * exact
+    assert fast >= 0.99 * exact
     assert top_fast >= 0.99 * top_exact
 
 
