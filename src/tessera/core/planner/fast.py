@@ -245,7 +245,16 @@ class _Search:
             for n in members:
                 self.node_class[n] = class_id
         wanted = sorted({r for p in problem.pods for r, _ in p.demand})
-        self.offers_by_gpu = [tuple(r for r in wanted if info.offers(r)) for info in problem.gpus]
+        # What a GPU can offer depends on a few facts that fleets repeat; work it out once each.
+        offers: dict[tuple[object, ...], tuple[str, ...]] = {}
+        self.offers_by_gpu: list[tuple[str, ...]] = []
+        for info in problem.gpus:
+            facts = (info.gpu.mode, info.model.name, info.free_profiles,
+                     info.frozen_reason is None, info.allowed)
+            found = offers.get(facts)
+            if found is None:
+                found = offers[facts] = tuple(r for r in wanted if info.offers(r))
+            self.offers_by_gpu.append(found)
         self.heaps: dict[tuple[int, str], list[tuple[Cost, int, int]]] = {}
         for info in problem.gpus:
             for resource in self.offers_by_gpu[info.gid]:
@@ -400,7 +409,14 @@ class _Search:
         if any(p.demand and p.eligible and i not in self.assignments
                for i, p in enumerate(self.problem.pods)):
             _Repair(self).run()
-        return Outcome(gpus=[self._outcome(sid) for sid in self.sid],
+        outcomes: dict[int, GpuOutcome] = {}
+        gpus = []
+        for sid in self.sid:
+            found = outcomes.get(sid)
+            if found is None:
+                found = outcomes[sid] = self._outcome(sid)
+            gpus.append(found)
+        return Outcome(gpus=gpus,
                        assignments=dict(sorted(self.assignments.items())))
 
     def _assign(self, position: int, node: int, units: Sequence[Unit]) -> None:
