@@ -483,7 +483,7 @@ that node), the pods left out."""
 
 _REPAIR_WORK = 16384
 """Pod placements (pods x nodes per repack) one repair may try: bounds the phase on a huge,
-oversubscribed cluster to well under a second; the seeded quality cases use at most ~1,100."""
+oversubscribed cluster to about a second; the seeded quality cases use at most ~2,500."""
 _NODES_PER_POD = 8
 """Nodes a left-out pod tries (those with the most room), plainly and then evicting."""
 _PAIRS = 4
