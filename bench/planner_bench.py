@@ -2,8 +2,8 @@
 
 Run: ``.venv/bin/python bench/planner_bench.py [--runs 5] [--random]``. ``--random`` gives every
 split GPU a random layout (nearly every GPU distinct: the worst case for the memo); the default
-draws NVIDIA's standard layouts, as a mig-parted fleet has. The quality comparison of issue #5
-(exact, static layouts, first-fit, Alibaba trace) is not written yet.
+draws NVIDIA's standard layouts, as a mig-parted fleet has. The quality comparison (exact,
+static layouts, first-fit, Alibaba trace) is ``bench/simulate/planner_quality.py``.
 """
 
 from __future__ import annotations

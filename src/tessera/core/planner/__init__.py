@@ -6,8 +6,9 @@ cost); fewest free slices destroyed and GPUs touched; then flexible free capacit
 that are already split before splitting a whole one, keep large placements free). A pod's
 units (all containers, all GPU resources) land on one node or not at all.
 
-Two solvers behind :func:`plan`: ``fast`` (default; greedy over memoised per-GPU states, for
-any cluster size) and ``exact`` (an integer program solved by HiGHS, for small clusters: the
+Two solvers behind :func:`plan`: ``fast`` (default; greedy over memoised per-GPU states in
+three pod orders, then a bounded repair that repacks one or two nodes around each pod left out;
+for any cluster size) and ``exact`` (an integer program solved by HiGHS, for small clusters: the
 reference in tests and benchmarks). Every plan passes the same checks
 (:func:`~tessera.core.planner.result.assemble`) before it is returned.
 
