@@ -7,10 +7,12 @@ from typing import Any
 from tessera.api.v1alpha1 import (
     NodePartition,
     NodePartitionSpec,
+    PartitionPolicy,
     PartitionPolicyStatus,
 )
 from tessera.controller.demand import GATE
 from tessera.controller.loop import ClusterCache, Controller, ControllerSettings
+from tessera.controller.snapshot import build_snapshot
 
 
 class Recorder:
@@ -220,3 +222,21 @@ def test_nodes_no_policy_selects_are_left_alone() -> None:
     controller.tick()
     assert recorder.specs == []
     assert recorder.pod_events[0][1] == "NoGPUFit"
+
+
+def test_pods_bound_to_one_gpu_do_not_hide_free_slices_on_another() -> None:
+    """A bound pod's slice, reported allocated on GPU 1, must not also reserve GPU 0's slice."""
+    raw = partition("node-a", [{"profile": "1g.10gb", "start": 0, "gpuInstanceId": 7,
+                                "uuid": "MIG-00000007-0000-5000-0000-000000000000"}])
+    second = dict(raw["status"]["gpus"][0], index=1,
+                  uuid="GPU-00000001-0000-0000-0000-000000000000",
+                  slices=[{"profile": "1g.10gb", "start": 0, "gpuInstanceId": 7,
+                           "allocated": True, "pods": ["ml/held"],
+                           "uuid": "MIG-00000017-0000-5000-0000-000000000000"}])
+    raw["status"]["gpus"].append(second)
+    snapshot = build_snapshot([node("node-a")], {"node-a": NodePartition.model_validate(raw)},
+                              [PartitionPolicy.model_validate(DYNAMIC)],
+                              {"node-a": {"nvidia.com/mig-1g.10gb": 1}})
+    (gpu0, gpu1) = snapshot.nodes[0].gpus
+    assert [s.in_use for s in gpu0.slices] == [False]
+    assert [s.in_use for s in gpu1.slices] == [True]

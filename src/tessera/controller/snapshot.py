@@ -41,15 +41,12 @@ def _gpu(gpu: ObservedGpu, reserve: Counter[str], last_change: float | None) -> 
     model = gpu.model or ""
     if gpu.mode == "mig":
         slices = []
-        for item in sorted(gpu.slices, key=lambda s: (not (s.allocated or s.processes),
-                                                       s.start)):
+        for item in sorted(gpu.slices, key=lambda s: s.start):
             busy = item.allocated or item.processes > 0 or item.uuid is None
             resource = catalogue.mig_resource_name(item.profile)
             if not busy and reserve[resource] > 0:
-                reserve[resource] -= 1
+                reserve[resource] -= 1  # a bound pod whose allocation is not reported yet
                 busy = True
-            elif busy and item.allocated and reserve[resource] > 0:
-                reserve[resource] -= 1  # the bound pod's slice is this allocated one
             slices.append(GpuSlice(profile=item.profile, start=item.start, in_use=busy))
         return Gpu(index=gpu.index, model=model, mode="mig", slices=tuple(slices),
                    last_change=last_change)
@@ -92,7 +89,14 @@ def build_snapshot(
         policy = policy_for(labels, policies)
         if name in skip or policy is None or partition is None or partition.status is None:
             continue
+        # Bound pods whose slice the agent already reports allocated hold nothing more; only the
+        # rest (allocated by the kubelet a moment ago, or about to be) take a free slice. Count
+        # the reported ones over the whole node first: a pod's slice may be on any of its GPUs.
         reserve: Counter[str] = Counter(claimed.get(name, {}))
+        for observed in partition.status.gpus:
+            for item in observed.slices:
+                if item.allocated:
+                    reserve[catalogue.mig_resource_name(item.profile)] -= 1
         gpus = [g for g in (_gpu(o, reserve, last_change.get((name, o.index)))
                             for o in partition.status.gpus if o.healthy) if g is not None]
         allowed = frozenset(policy.spec.allowed_profiles) or None
