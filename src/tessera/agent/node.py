@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 from tessera.agent.advertising import Advertiser, MpsAdvert
 from tessera.agent.health import HealthTracker, XidWatcher
-from tessera.agent.observation import NodeObservation, observe
+from tessera.agent.observation import NodeObservation, observe, owners_of
 from tessera.kubelet.errors import PodResourcesError
 from tessera.kubelet.health import XidFilter
 from tessera.kubelet.inventory import Inventory
@@ -139,6 +139,4 @@ class NodeRuntime:
         allocations = self.allocations()
         if allocations is None:
             return None
-        return tuple(sorted({pod for device, pods in allocations.items()
-                             if device == uuid or device.startswith(uuid + "::")
-                             for pod in pods}))
+        return owners_of(allocations, uuid)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from tessera.core.layout import Slice
 from tessera.nvml.backend import GpuBackend, GpuInfo
 
-__all__ = ["GpuObservation", "NodeObservation", "ObservedInstance", "observe"]
+__all__ = ["GpuObservation", "NodeObservation", "ObservedInstance", "observe", "owners_of"]
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class NodeObservation:
         return None
 
 
-def _owners(allocations: Mapping[str, Iterable[str]], uuid: str) -> tuple[str, ...]:
+def owners_of(allocations: Mapping[str, Iterable[str]], uuid: str) -> tuple[str, ...]:
     """Pods holding a device: exactly its id, or one of its MPS shares (``<uuid>::<n>``)."""
     found: set[str] = set()
     for device_id, pods in allocations.items():
@@ -134,13 +134,13 @@ def observe(backend: GpuBackend, allocations: Mapping[str, Iterable[str]] | None
                 instances.append(ObservedInstance(
                     gi_id=instance.id, profile=instance.profile, start=instance.start,
                     size=instance.size, mig_uuid=uuid,
-                    pods=_owners(allocations, uuid) if uuid else (), processes=processes,
+                    pods=owners_of(allocations, uuid) if uuid else (), processes=processes,
                     use_unknown=unknown))
             gpu_processes = 0
         else:
             gpu_processes = len(backend.processes(info.uuid))
         healthy, last_xid = health.get(info.uuid, (True, None))
         gpus.append(GpuObservation(
-            info=info, instances=tuple(instances), pods=_owners(allocations, info.uuid),
+            info=info, instances=tuple(instances), pods=owners_of(allocations, info.uuid),
             processes=gpu_processes, healthy=healthy, last_xid=last_xid, use_unknown=unknown))
     return NodeObservation(gpus=tuple(gpus))

@@ -18,22 +18,13 @@ from tessera.agent.metrics import AgentMetrics
 from tessera.agent.node import NodeRuntime
 from tessera.agent.reconcile import CreateSlice, DestroySlice, SetMigMode, StartMps, StopMps
 from tessera.agent.reconciler import Reconciler, ReconcileResult
-from tessera.api.v1alpha1 import API_VERSION, NodePartition, NodePartitionStatus
+from tessera.api.v1alpha1 import API_VERSION, NodePartition, comparable
 from tessera.kube.events import EventRecorder
 from tessera.kube.partitions import NodePartitions
 
 __all__ = ["AgentRunner"]
 
 log = logging.getLogger(__name__)
-
-
-def _comparable(status: NodePartitionStatus | None) -> object:
-    if status is None:
-        return None
-    dumped = status.model_dump(mode="json")
-    for condition in dumped["conditions"]:
-        condition.pop("last_transition_time", None)
-    return dumped
 
 
 class AgentRunner:
@@ -102,7 +93,7 @@ class AgentRunner:
         result = self.reconciler.reconcile(partition)
         self.reconciles += 1
         self.metrics.record(result)
-        if _comparable(result.status) != _comparable(partition.status):
+        if comparable(result.status) != comparable(partition.status):
             self.partitions.write_status(self.node_name, result.status)
         self._tell(partition, result)
         return result

@@ -45,6 +45,7 @@ __all__ = [
     "PartitionPolicyStatus",
     "SliceSpec",
     "StaticDeviceConfig",
+    "comparable",
 ]
 
 GROUP = "tessera.dev"
@@ -266,3 +267,14 @@ class PartitionPolicy(_Tolerant):
     metadata: ObjectMeta
     spec: PartitionPolicySpec
     status: PartitionPolicyStatus | None = None
+
+
+def comparable(status: BaseModel | None) -> object:
+    """A status as plain data without condition transition times: what "changed" means when
+    deciding whether a status is worth writing again."""
+    if status is None:
+        return None
+    dumped = status.model_dump(mode="json")
+    for condition in dumped.get("conditions", []):
+        condition.pop("last_transition_time", None)
+    return dumped

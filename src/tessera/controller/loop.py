@@ -35,6 +35,7 @@ from tessera.api.v1alpha1 import (
     NodePartitionSpec,
     PartitionPolicy,
     PartitionPolicyStatus,
+    comparable,
 )
 from tessera.controller import demand
 from tessera.controller.decide import decide, plan_id
@@ -338,7 +339,7 @@ class Controller:
                           message=problem or "the policy applies to every matched node",
                           last_transition_time=stamp,
                           observed_generation=policy.metadata.generation)])
-            if policy.status is None or _status_key(policy.status) != _status_key(status):
+            if comparable(policy.status) != comparable(status):
                 self.writer.policy_status(name, status)
 
     def _plan(self, waiting: Mapping[str, RawObject], *, pods: Mapping[str, RawObject],
@@ -402,9 +403,3 @@ class Controller:
             state.released[key] = waiting
             del state.waiting[key]
 
-
-def _status_key(status: PartitionPolicyStatus) -> object:
-    dumped = status.model_dump(mode="json")
-    for condition in dumped["conditions"]:
-        condition.pop("last_transition_time", None)
-    return dumped
