@@ -4,6 +4,9 @@ The chart is installed with helm (CRDs, RBAC, service accounts, the admission po
 controller (two replicas) and one agent per simulated GPU node run as real processes with the
 chart's service-account tokens, so RBAC is what the chart grants and nothing more. GPU nodes are
 real kubelets whose device manager registers, lists and allocates from the agents' plugins.
+
+The tests share one deployment and run in file order: the first one's replicas are what the
+in-use, kubelet-restart and failover tests work around, as on a busy real cluster.
 """
 
 from __future__ import annotations
