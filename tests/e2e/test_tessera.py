@@ -61,10 +61,6 @@ def system(cluster: Cluster) -> Iterator[System]:
         running.uninstall()
 
 
-def _exists(system: System, node: str) -> bool:
-    return system.reported(node)
-
-
 def _deployment(name: str, replicas: int, resource: str, count: int = 1) -> dict[str, Any]:
     labels = {"app": name}
     return {
@@ -296,7 +292,7 @@ def test_a_static_policy_from_mig_parted_is_applied_and_kept(system: System) -> 
                                ["A100-80GB", "A100-80GB"])
 
     def layout() -> list[set[tuple[str, int]]]:
-        if not _exists(system, node.name):
+        if not system.reported(node.name):
             return []
         status = system.partition(node.name).get("status", {})
         return [{(s["profile"], s["start"]) for s in g.get("slices", [])}

@@ -321,19 +321,19 @@ class FakeNvmlLib:
         uuid.value = text.encode()
         return codes.SUCCESS
 
-    def nvmlDeviceGetIndex(self, handle: Any, index: Any) -> int:
+    def _gpu_ordinal(self, handle: Any, out: Any) -> int:
+        """Index and minor number: the simulated node numbers /dev/nvidiaN by NVML index."""
         _, gpu, key = self._device(handle)
         if key.kind == "mig":
             return codes.NOT_SUPPORTED
-        _out(index).value = gpu.index
+        _out(out).value = gpu.index
         return codes.SUCCESS
 
+    def nvmlDeviceGetIndex(self, handle: Any, index: Any) -> int:
+        return self._gpu_ordinal(handle, index)
+
     def nvmlDeviceGetMinorNumber(self, handle: Any, minor: Any) -> int:
-        _, gpu, key = self._device(handle)
-        if key.kind == "mig":
-            return codes.NOT_SUPPORTED
-        _out(minor).value = gpu.index
-        return codes.SUCCESS
+        return self._gpu_ordinal(handle, minor)
 
     def nvmlDeviceGetPciInfo_v3(self, handle: Any, info: Any) -> int:
         _, gpu, _ = self._device(handle)
