@@ -16,7 +16,7 @@ from tessera.core.catalogue import model
 from tessera.core.errors import InvalidInputError
 from tessera.core.planner.synthetic import standard_layouts
 from tessera.sim.cluster import ClusterSpec, load_cluster, shorthand
-from tessera.sim.engine import RunResult, percentile, simulate
+from tessera.sim.engine import MULTI_GPU, RunResult, percentile, simulate, size_class
 from tessera.sim.policies import (
     DynamicPolicy,
     FluidClusterPolicy,
@@ -25,7 +25,7 @@ from tessera.sim.policies import (
     SimPolicy,
     StaticPolicy,
 )
-from tessera.sim.report import render_table, write_report
+from tessera.sim.report import render_class_table, render_table, write_report
 from tessera.sim.static_mix import (
     STANDARD_LAYOUTS,
     best_static_mix,
@@ -187,6 +187,25 @@ class TestEventLoop:
         assert r.placed == 0
         assert r.waits == [90.0]
         assert r.fragmentation > 0.9  # every free slice is useless to the pending 7g pod
+
+    def test_waits_are_reported_by_size_class(self) -> None:
+        cluster = shorthand(1, 1, "A100-80GB")
+        jobs = [_job(0, 0.0, "3g.40gb"), _job(1, 1.0, "3g.40gb"), _job(2, 2.0, "7g.80gb")]
+        r = simulate(StaticPolicy.uniform(cluster, "all-balanced"), jobs,
+                     capacity=cluster.capacity, horizon=100)
+        classes = r.by_class()
+        assert list(classes) == ["3g", "7g"]  # smallest first
+        assert classes["3g"] == {"pods": 2, "mean_wait_s": 4.5, "p95_wait_s": 9.0,
+                                 "max_wait_s": 9.0}
+        assert classes["7g"]["max_wait_s"] == 98.0  # never placed: censored at the horizon
+        assert r.summary()["waits_by_class"] == classes
+        table = render_class_table([r])
+        assert "4 / 9 / 9" in table  # mean / p95 / max of the 3g class
+
+    def test_a_pod_of_several_units_is_in_the_multi_gpu_class(self) -> None:
+        job = Job(0, "wide", 0.0, 1.0, (("7g.80gb", 2),), 14)
+        assert size_class(job) == MULTI_GPU
+        assert size_class(_job(1, 0.0, "2g.20gb")) == "2g"
 
     def test_reconfiguration_latency_and_capacity_lag_delay_the_start(self) -> None:
         cluster = shorthand(1, 1, "A100-80GB")

@@ -31,7 +31,7 @@ from tessera.sim.policies import (
     SimPolicy,
     StaticPolicy,
 )
-from tessera.sim.report import render_table, write_report
+from tessera.sim.report import render_class_table, render_table, write_report
 from tessera.sim.static_mix import best_static_mix
 from tessera.sim.workload import (
     DEFAULT_MAX_DURATION_S,
@@ -175,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("\n".join(details))
         print(render_table(results))
+        print(render_class_table(results))
         print(f"report: {report}")
     sys.stdout.flush()
     return 0

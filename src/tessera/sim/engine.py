@@ -20,13 +20,28 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tessera.sim.policies import Layout, Shape, SimPolicy
 from tessera.sim.workload import Job
 
-__all__ = ["RunResult", "percentile", "simulate"]
+__all__ = ["MULTI_GPU", "RunResult", "percentile", "simulate", "size_class"]
 
 _DEPART, _START, _ARRIVE, _TICK, _SAMPLE = range(5)
+
+
+MULTI_GPU = "multi-GPU"
+"""The size class of a pod that asks for more than one unit (several GPUs or slices)."""
+
+
+def size_class(job: Job) -> str:
+    """``"<n>g"`` for a one-unit pod of n compute slices, :data:`MULTI_GPU` for the rest: the
+    classes a starvation check compares, since large pods are the ones a scheduler starves."""
+    return MULTI_GPU if job.units > 1 else f"{job.compute}g"
+
+
+def _class_order(name: str) -> tuple[int, int]:
+    return (1, 0) if name == MULTI_GPU else (0, int(name.rstrip("g") or 0))
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -52,6 +67,8 @@ class RunResult:
     """Arrival to start for placed pods; arrival to the horizon for pods never placed (a
     censored wait: a pod that never ran waited at least that long, and leaving it out would
     make a policy that places nothing look like one that never keeps anyone waiting)."""
+    class_waits: dict[str, list[float]] = field(default_factory=dict)
+    """:attr:`waits` split by :func:`size_class`, same rules (unplaced pods censored)."""
     served: float = 0.0
     """Compute slices x seconds of running pods within the horizon."""
     fragmentation: float = 0.0
@@ -78,8 +95,18 @@ class RunResult:
     def p95_wait(self) -> float:
         return percentile(self.waits, 95)
 
-    def summary(self) -> dict[str, float | int | str]:
-        """The figures of the report's table, JSON-ready."""
+    def by_class(self) -> dict[str, dict[str, float | int]]:
+        """Waits per size class (smallest first, multi-GPU last): pods, mean, p95, max."""
+        return {
+            name: {"pods": len(waits), "mean_wait_s": round(sum(waits) / len(waits), 1),
+                   "p95_wait_s": round(percentile(waits, 95), 1),
+                   "max_wait_s": round(max(waits), 1)}
+            for name, waits in sorted(self.class_waits.items(), key=lambda kv: _class_order(kv[0]))
+            if waits
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The figures of the report's table, JSON-ready (``waits_by_class`` nested)."""
         return {
             "policy": self.policy, "jobs": self.jobs, "placed": self.placed,
             "placed_on_arrival": self.placed_on_arrival,
@@ -89,7 +116,7 @@ class RunResult:
             "fragmentation": round(self.fragmentation, 4), "repartitions": self.repartitions,
             "created": self.created, "destroyed": self.destroyed,
             "failed_creates": self.failed_creates, "planner_calls": self.planner_calls,
-            "wall_s": round(self.wall_s, 2),
+            "wall_s": round(self.wall_s, 2), "waits_by_class": self.by_class(),
         }
 
 
@@ -164,6 +191,8 @@ def simulate(policy: SimPolicy, jobs: Sequence[Job], *, capacity: int, horizon: 
                 result.placed += 1
                 result.placed_on_arrival += first_round[placed.name] == rounds
                 result.waits.append(ready - placed.arrival)
+                result.class_waits.setdefault(size_class(placed), []).append(
+                    ready - placed.arrival)
                 heapq.heappush(heap, (ready, _START, placed.seq, placed))
                 heapq.heappush(heap, (ready + placed.duration, _DEPART, placed.seq, placed))
             if outcome.more:
@@ -178,7 +207,10 @@ def simulate(policy: SimPolicy, jobs: Sequence[Job], *, capacity: int, horizon: 
                 if shown is not None:
                     result.layouts.setdefault(gpu, []).append((now, shown))
     area += running * max(0.0, horizon - last)
-    result.waits.extend(horizon - j.arrival for queue in queues.values() for j in queue.values())
+    for queue in queues.values():
+        for job in queue.values():
+            result.waits.append(horizon - job.arrival)
+            result.class_waits.setdefault(size_class(job), []).append(horizon - job.arrival)
     result.served = area
     result.fragmentation = frag / (samples + 1)
     result.repartitions = policy.repartitions

@@ -31,7 +31,15 @@ from tessera.core import catalogue
 from tessera.core.catalogue import GpuModel
 from tessera.core.errors import InvalidInputError
 from tessera.core.layout import Slice, count_profiles, enumerate_layouts
-from tessera.core.planner import Gpu, GpuSlice, Node, PendingPod, Snapshot, plan
+from tessera.core.planner import (
+    DEFAULT_RESERVATIONS,
+    Gpu,
+    GpuSlice,
+    Node,
+    PendingPod,
+    Snapshot,
+    plan,
+)
 from tessera.core.planner.geometry import Geometry, geometry_of
 from tessera.core.planner.synthetic import standard_layouts
 from tessera.sim.cluster import ClusterSpec
@@ -461,12 +469,15 @@ class GreedyPolicy(_MigPolicy):
 
 
 class DynamicPolicy(_MigPolicy):
-    """Tessera's planner, run on the GPUs that can still take a slice, in bounded batches.
+    """Tessera's planner over every GPU, in bounded batches.
 
     Each round plans at most ``per_shape`` of the oldest pods of each request shape, and no
-    more of a shape than the free compute of the candidate GPUs could hold: a batch then stays
-    small under overload, where thousands of pods wait, and the planner still sees every pod
-    that could possibly be placed. A round that was cut short asks for another.
+    more of a shape than the free compute of the GPUs that can still take a slice could hold:
+    a batch then stays small under overload, where thousands of pods wait, and the planner
+    still sees every pod that could possibly be placed. A shape nothing can host now still
+    sends its ``reservations`` oldest pods, so that they may reserve GPUs to drain. The recent
+    demand the planner keeps capacity usable for is the backlog's mix of requests. A round
+    that was cut short asks for another.
     """
 
     name = "dynamic"
@@ -474,14 +485,16 @@ class DynamicPolicy(_MigPolicy):
     def __init__(self, cluster: ClusterSpec, *, batch_window: float = DEFAULT_BATCH_WINDOW_S,
                  reconfig_latency: float = DEFAULT_RECONFIG_LATENCY_S,
                  capacity_lag: float = DEFAULT_CAPACITY_LAG_S, per_shape: int = 64,
-                 solver: str = "fast") -> None:
+                 solver: str = "fast", reservations: int = DEFAULT_RESERVATIONS) -> None:
         super().__init__(cluster)
+        self.reservations = reservations
         self.batch_window = batch_window
         self.latency = reconfig_latency
         self.lag = capacity_lag
         self.per_shape = per_shape
         self.solver = solver
         self.node_names = [n.name for n in cluster.nodes]
+        self._seen: dict[int, tuple[int, Gpu]] = {}
 
     def schedule(self, now: float, queues: Queues) -> Schedule:
         candidates = [g for g in self.gpus if g.free_compute() > 0]
@@ -497,9 +510,12 @@ class DynamicPolicy(_MigPolicy):
             largest = max((p for p, _ in shape),
                           key=lambda p: candidates[0].model.profile(p).compute_slices
                           if p in candidates[0].geometry.by_profile else 0)
-            if not any(_hostable(g.model.name, held[g.gid], largest) for g in candidates):
-                continue
             compute = max(1, next(iter(queue.values())).compute)
+            if not any(_hostable(g.model.name, held[g.gid], largest) for g in candidates):
+                # None can start now, but the oldest may reserve GPUs to drain for them.
+                it = iter(queue.values())
+                batch.extend(next(it) for _ in range(min(len(queue), self.reservations)))
+                continue
             bound = min(len(queue), self.per_shape, free // compute)
             if bound < min(len(queue), free // compute):
                 more = True
@@ -508,12 +524,20 @@ class DynamicPolicy(_MigPolicy):
         if not batch:
             return Schedule(())
         self.planner_calls += 1
-        snapshot = self._snapshot(candidates, now)
+        snapshot = self._snapshot(self.gpus, now)
         by_key = {f"sim/{j.name}": j for j in batch}
         pods = [PendingPod("sim", j.name, tuple(sorted(
             (f"nvidia.com/mig-{p.replace('+', '.')}", n) for p, n in j.requests)),
             creation_time=j.arrival) for j in sorted(batch, key=lambda j: j.seq)]
-        result = plan(snapshot, pods, "exact" if self.solver == "exact" else "fast")
+        # Fragmentation is judged against the whole backlog's mix, not just this batch's
+        # (which is capped per shape and so over-weights rare shapes).
+        recent: dict[str, float] = {}
+        for shape, queue in queues.items():
+            for p, n in shape:
+                resource = f"nvidia.com/mig-{p.replace('+', '.')}"
+                recent[resource] = recent.get(resource, 0.0) + n * len(queue)
+        result = plan(snapshot, pods, "exact" if self.solver == "exact" else "fast",
+                      reservations=self.reservations, recent_demand=recent)
         for target in result.gpus:
             gpu = self.gpus[target.index]
             for old in target.destroy:
@@ -533,13 +557,18 @@ class DynamicPolicy(_MigPolicy):
             starts.append((job, ready))
         return Schedule(tuple(starts), more and bool(starts))
 
-    def _snapshot(self, candidates: Sequence[_Gpu], now: float) -> Snapshot:
+    def _snapshot(self, gpus: Sequence[_Gpu], now: float) -> Snapshot:
+        """Every GPU, as the controller sees a cluster: a waiting pod may reserve a GPU that
+        is full now. A GPU's entry is rebuilt only when it changed since the last plan."""
         per_node: dict[int, list[Gpu]] = {}
-        for g in candidates:
-            per_node.setdefault(g.node, []).append(Gpu(
-                index=g.gid, model=g.model.name, mode="mig",
-                slices=tuple(GpuSlice(s.profile, s.start, s.holder is not None)
-                             for s in sorted(g.slices.values(), key=lambda s: s.start))))
+        for g in gpus:
+            cached = self._seen.get(g.gid)
+            if cached is None or cached[0] != g.version:
+                cached = self._seen[g.gid] = (g.version, Gpu(
+                    index=g.gid, model=g.model.name, mode="mig",
+                    slices=tuple(GpuSlice(s.profile, s.start, s.holder is not None)
+                                 for s in sorted(g.slices.values(), key=lambda s: s.start))))
+            per_node.setdefault(g.node, []).append(cached[1])
         return Snapshot(tuple(Node(self.node_names[n], gpus=tuple(gpus))
                               for n, gpus in sorted(per_node.items())), now=now)
 

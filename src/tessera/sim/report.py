@@ -15,7 +15,7 @@ from pathlib import Path
 from tessera.sim.engine import RunResult
 from tessera.sim.policies import Layout
 
-__all__ = ["render_table", "write_report"]
+__all__ = ["render_class_table", "render_table", "write_report"]
 
 _COLUMNS = ("policy", "placed", "on arrival", "served", "mean wait", "p95 wait", "frag",
             "reparts", "+slices", "-slices")
@@ -41,6 +41,37 @@ def render_table(results: Sequence[RunResult]) -> str:
              for row in rows]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
+
+
+def render_class_table(results: Sequence[RunResult]) -> str:
+    """Waits by requested size class (1g ... 7g, multi-GPU): one row per class, one column
+    per policy, each cell ``mean / p95 / max`` in seconds. A policy that starves large pods
+    shows it here even when its overall mean wait looks fine."""
+    classes: list[str] = []
+    for r in results:
+        classes.extend(c for c in r.by_class() if c not in classes)
+    order = {c: i for i, c in enumerate(sorted(
+        classes, key=lambda c: (c == "multi-GPU", int(c.rstrip("g")) if c[:-1].isdigit() else 0)))}
+    header = ("class", "pods", *(r.policy for r in results))
+    rows = [header]
+    for name in sorted(classes, key=order.__getitem__):
+        cells = []
+        pods = 0
+        for r in results:
+            found = r.by_class().get(name)
+            if found is None:
+                cells.append("-")
+                continue
+            pods = max(pods, int(found["pods"]))
+            cells.append(f"{found['mean_wait_s']:.0f} / {found['p95_wait_s']:.0f} / "
+                         f"{found['max_wait_s']:.0f}")
+        rows.append((name, str(pods), *cells))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+             for row in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    return "waits by size class, s (mean / p95 / max)\n" + "\n".join(lines)
 
 
 def _utilisation_svg(results: Sequence[RunResult], width: int = 760, height: int = 260) -> str:

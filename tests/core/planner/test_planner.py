@@ -59,15 +59,16 @@ class TestPlacement:
     def test_a_whole_card_is_made_for_a_pod_the_small_ones_left_no_room_for(
         self, solver: str
     ) -> None:
-        # Smallest first packs both 3g slices onto one card (3g@0 blocks its 4g) and gives
-        # each 4g a card of its own; largest and oldest first spend all three cards on the
-        # wide pod. Only a repack of the node (4g+3g twice, the 7g alone) places five.
+        # In arrival order the two 3g slices go first, onto one card (3g@0 blocks its 4g);
+        # each 4g would then take a card of its own and leave none whole for the 7g. Only
+        # a repack of the node (4g+3g twice, the 7g alone) places all five; the wide pod
+        # that arrived last waits.
         nodes = [{"name": "a", "gpus": [gpu(i, "A100-80GB") for i in range(3)]}]
-        pods = [pod("a-wide", mig_7g_80gb=3), pod("b-3g", mig_3g_40gb=1),
-                pod("c-3g", mig_3g_40gb=1), pod("d-4g", mig_4g_40gb=1),
-                pod("e-4g", mig_4g_40gb=1), pod("f-7g", mig_7g_80gb=1)]
+        pods = [pod("b-3g", mig_3g_40gb=1), pod("c-3g", mig_3g_40gb=1),
+                pod("d-4g", mig_4g_40gb=1), pod("e-4g", mig_4g_40gb=1),
+                pod("f-7g", mig_7g_80gb=1), pod("z-wide", mig_7g_80gb=3)]
         result = run(nodes, pods, solver)
-        assert [u.pod for u in result.unplaced] == ["default/a-wide"]
+        assert [u.pod for u in result.unplaced] == ["default/z-wide"]
         assert sorted(t.slices for t in result.gpus) == [
             (Slice("4g.40gb", 0), Slice("3g.40gb", 4)),
             (Slice("4g.40gb", 0), Slice("3g.40gb", 4)),
@@ -139,6 +140,75 @@ class TestPlacement:
         assert whole == (AssignedSlice(0, "nvidia.com/gpu"),)
         (waiting,) = result.unplaced
         assert "whole GPUs are in use" in waiting.reason
+
+
+def _aged(name: str, created: float, **requests: int) -> dict[str, object]:
+    return {**pod(name, **requests), "creation_time": created}
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+class TestArrivalOrderWithBackfill:
+    """Within a priority pods are served in arrival order; later pods backfill only capacity
+    that no earlier waiting pod is waiting for (see :mod:`tessera.core.planner.reserve`)."""
+
+    def test_an_older_large_pod_is_placed_before_younger_small_ones(self, solver: str) -> None:
+        # Seven 1g pods would place more pods; the 7g came first, so it gets the card.
+        nodes = [{"name": "a", "gpus": [gpu(0, "A100-80GB")]}]
+        pods = [_aged("big", 1.0, mig_7g_80gb=1),
+                *(_aged(f"small-{i}", 2.0 + i, mig_1g_10gb=1) for i in range(7))]
+        result = run(nodes, pods, solver)
+        assert [p.pod for p in result.placements] == ["default/big"]
+
+    def test_younger_pods_backfill_capacity_the_waiting_pod_cannot_use(
+        self, solver: str
+    ) -> None:
+        # The old 7g may only run on node b, whose card has an in-use slice: it waits and
+        # holds that card back, but node a's whole card is free for the younger pods.
+        nodes = [{"name": "a", "gpus": [gpu(0, "A100-80GB")]},
+                 {"name": "b", "labels": {"pool": "train"},
+                  "gpus": [gpu(0, "A100-80GB", "1g.10gb@0*")]}]
+        pods = [{**_aged("old-7g", 1.0, mig_7g_80gb=1), "nodeSelector": {"pool": "train"}},
+                *(_aged(f"young-{i}", 2.0 + i, mig_1g_10gb=1) for i in range(3))]
+        result = run(nodes, pods, solver)
+        assert [u.pod for u in result.unplaced] == ["default/old-7g"]
+        assert {p.node for p in result.placements} == {"a"}
+        assert len(result.placements) == 3
+
+    def test_a_waiting_pod_reserves_the_card_closest_to_free(self, solver: str) -> None:
+        # The 7g fits nowhere: card 0 has one in-use 1g, card 1 an in-use 3g. It reserves
+        # card 0 (least in use in its way), so the younger 1g pods go to card 1 only and
+        # card 0 drains towards the 7g instead of being refilled forever.
+        nodes = [{"name": "a", "gpus": [gpu(0, "A100-80GB", "1g.10gb@0*"),
+                                        gpu(1, "A100-80GB", "3g.40gb@4*")]}]
+        pods = [_aged("big", 1.0, mig_7g_80gb=1),
+                *(_aged(f"small-{i}", 2.0 + i, mig_1g_10gb=1) for i in range(6))]
+        result = run(nodes, pods, solver)
+        assert "default/big" in {u.pod for u in result.unplaced}
+        assert {s.gpu for p in result.placements for s in p.slices} == {1}
+        assert len(result.placements) == 4  # card 1 has four free 1g placements left
+        assert all(t.index == 1 for t in result.gpus)
+
+    def test_without_reservations_backfill_takes_everything(self, solver: str) -> None:
+        nodes = [{"name": "a", "gpus": [gpu(0, "A100-80GB", "1g.10gb@0*"),
+                                        gpu(1, "A100-80GB", "3g.40gb@4*")]}]
+        pods = [_aged("big", 1.0, mig_7g_80gb=1),
+                *(_aged(f"small-{i}", 2.0 + i, mig_1g_10gb=1) for i in range(6))]
+        result = plan(parse_cluster({"nodes": nodes}), parse_pending({"pods": pods}),
+                      solver, reservations=0)  # type: ignore[arg-type]
+        assert 0 in {s.gpu for p in result.placements for s in p.slices}
+        assert len(result.placements) == 6
+
+    def test_reservations_are_bounded(self, solver: str) -> None:
+        # Two waiting 7g pods, one reservation allowed: only the older one holds a card
+        # back; the younger 1g pods may use the other card.
+        nodes = [{"name": "a", "gpus": [gpu(0, "A100-80GB", "1g.10gb@0*"),
+                                        gpu(1, "A100-80GB", "1g.10gb@0*")]}]
+        pods = [_aged("big-1", 1.0, mig_7g_80gb=1), _aged("big-2", 1.5, mig_7g_80gb=1),
+                *(_aged(f"small-{i}", 2.0 + i, mig_1g_10gb=1) for i in range(3))]
+        result = plan(parse_cluster({"nodes": nodes}), parse_pending({"pods": pods}),
+                      solver, reservations=1)  # type: ignore[arg-type]
+        assert {s.gpu for p in result.placements for s in p.slices} == {1}
+        assert len(result.placements) == 3
 
 
 @pytest.mark.parametrize("solver", SOLVERS)

@@ -14,7 +14,7 @@ import pytest
 
 from tessera.core import catalogue, layout
 from tessera.core.layout import Slice
-from tessera.core.planner import PendingPod, Plan, Snapshot, plan
+from tessera.core.planner import DEFAULT_RESERVATIONS, PendingPod, Plan, Snapshot, plan
 from tessera.core.planner.filters import rejection
 from tessera.core.planner.geometry import geometry_of
 from tessera.core.planner.synthetic import synthetic_cluster, synthetic_pods
@@ -35,9 +35,16 @@ def case(seed: int) -> tuple[Snapshot, tuple[PendingPod, ...]]:
 
 
 @cache
-def solved(seed: int, solver: str) -> Plan:
+def solved(seed: int, solver: str, reservations: int = DEFAULT_RESERVATIONS) -> Plan:
     snapshot, pods = case(seed)
-    return plan(snapshot, pods, solver)  # type: ignore[arg-type]
+    return plan(snapshot, pods, solver, reservations=reservations)  # type: ignore[arg-type]
+
+
+def _compute(profile: str | None) -> float:
+    """A unit's compute as a share of its card (whole GPUs and MPS shares count 1 and 0)."""
+    if profile is None:
+        return 0.0
+    return int(profile.split("g", 1)[0]) / 7
 
 
 def check_plan(snapshot: Snapshot, pods: tuple[PendingPod, ...], result: Plan) -> None:
@@ -97,28 +104,46 @@ def test_every_plan_keeps_its_promises(seed: int, solver: str) -> None:
     check_plan(snapshot, pods, solved(seed, solver))
 
 
+def in_planning_order(pods: tuple[PendingPod, ...], result: Plan) -> tuple[bool, ...]:
+    """Whether each pod was placed, in the objective's order (priority, then arrival)."""
+    ordered = sorted(pods, key=lambda p: (-p.priority, p.creation_time, p.namespace, p.name))
+    return tuple(p.key in result.placed_pods for p in ordered)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_exact_solver_is_never_beaten(seed: int) -> None:
+    """Without reservations both solvers optimise the same lexicographic order, so the
+    exact plan is at least as good at the first pod where they differ."""
     _, pods = case(seed)
-    fast, exact = solved(seed, "fast"), solved(seed, "exact")
-    assert placed_by_priority(pods, exact) >= placed_by_priority(pods, fast)
+    fast, exact = solved(seed, "fast", 0), solved(seed, "exact", 0)
+    assert in_planning_order(pods, exact) >= in_planning_order(pods, fast)
 
 
-def test_the_fast_solver_places_within_one_percent_of_the_exact_one() -> None:
-    """Issue #5's bar: within 1% of the exact solver. The greedy alone reached 98.3% here
-    (pods wanting a 7g, or a 7g plus a small slice, lost the whole cards to earlier small
-    pods); with the repair phase that repacks nodes for left-out pods it places as many as
-    the exact solver on these seeds (178 of 178, top priority 75 of 75)."""
-    fast = exact = top_fast = top_exact = 0
-    for seed in SEEDS:
-        _, pods = case(seed)
-        fast += len(solved(seed, "fast").placements)
-        exact += len(solved(seed, "exact").placements)
-        top_fast += placed_by_priority(pods, solved(seed, "fast"))[0]
-        top_exact += placed_by_priority(pods, solved(seed, "exact"))[0]
-    assert exact > 100  # the cases are not trivially empty
-    assert fast >= 0.99 * exact
-    assert top_fast >= 0.99 * top_exact
+def _totals(seeds: range) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for solver in ("fast", "exact"):
+        placed = top = compute = 0.0
+        for seed in seeds:
+            _, pods = case(seed)
+            result = solved(seed, solver)
+            placed += len(result.placements)
+            top += placed_by_priority(pods, result)[0]
+            compute += sum(s.count * _compute(s.profile) for p in result.placements
+                           for s in p.slices)
+        out[solver] = {"placed": placed, "top": top, "compute": compute}
+    return out
+
+
+def test_the_fast_solver_is_within_one_percent_of_the_exact_one() -> None:
+    """Pods placed and top-priority pods placed within 1% of the exact solver, both under
+    the arrival-order objective with reservations. (Compute placed is 98% here: on seed 27
+    the exact plan shuffles four nodes to fit a 3g+4g+7g pod; bench/README.md.)"""
+    totals = _totals(SEEDS)
+    fast, exact = totals["fast"], totals["exact"]
+    assert exact["placed"] > 100  # the cases are not trivially empty
+    for key in ("placed", "top"):
+        assert fast[key] >= 0.99 * exact[key], (key, fast, exact)
+    assert fast["compute"] >= 0.97 * exact["compute"]
 
 
 def test_plans_are_deterministic() -> None:

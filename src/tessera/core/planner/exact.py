@@ -10,10 +10,18 @@ some eligible pod asks for, reduced to one per capacity vector (the cheapest) an
 Pareto front of (capacity, cost): that is exact, since the program sees a layout only through
 those numbers, and it is what keeps 20 GPUs to a few thousand variables.
 
-The objective is solved lexicographically in two rounds: first the most pods placed, higher
-priorities strictly first; then, with that fixed, the fewest slices destroyed, GPUs touched,
-whole GPUs split and slices created (in that order of weight). It is meant for small clusters
-(tests, benchmarks, ``tessera plan --solver exact``): above ``max_gpus`` it refuses.
+The objective is the planner's (see :mod:`tessera.core.planner`), solved lexicographically:
+first the pods placed in planning order (priority, then arrival): placing a pod outweighs
+placing every pod after it, solved in stages of :data:`_STAGE` pods so the weights stay exact
+in floating point; then, with that fixed, the fewest slices destroyed, GPUs touched, whole
+GPUs split and slices created (in that order of weight).
+
+Reservations (:mod:`~tessera.core.planner.reserve`) are found as the fast solver finds them:
+solve; the first pod left out (after the last one that reserved) reserves its GPUs, closing
+them to every pod after it; solve again; until the bound is reached or no pod is left out.
+A reservation only restricts later pods, so the plan before each reserving pod never changes.
+It is meant for small clusters (tests, benchmarks, ``tessera plan --solver exact``): above
+``max_gpus`` it refuses.
 """
 
 from __future__ import annotations
@@ -26,11 +34,14 @@ from tessera.core import layout
 from tessera.core.errors import InvalidInputError
 from tessera.core.layout import Slice
 from tessera.core.planner.problem import GpuInfo, Problem, profile_for
+from tessera.core.planner.reserve import DEFAULT_RESERVATIONS, reserve
 from tessera.core.planner.result import GpuOutcome, Outcome, PlannerBug, Unit
 
 __all__ = ["DEFAULT_MAX_GPUS", "solve_exact"]
 
 DEFAULT_MAX_GPUS = 24
+_STAGE = 16
+"""Pods per lexicographic stage: weights up to 2**16 keep HiGHS' sums exact."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +168,8 @@ class _Model:
 
 
 def solve_exact(
-    problem: Problem, max_gpus: int = DEFAULT_MAX_GPUS, time_limit_s: float = 120.0
+    problem: Problem, max_gpus: int = DEFAULT_MAX_GPUS, time_limit_s: float = 120.0,
+    reservations: int = DEFAULT_RESERVATIONS,
 ) -> Outcome:
     """An optimal plan for the problem (see the module docstring for the objective)."""
     if len(problem.gpus) > max_gpus:
@@ -167,6 +179,30 @@ def solve_exact(
             f"{len(problem.gpus)}",
             ["fast"],
         )
+    reserved: dict[int, int] = {}
+    owners: list[int] = []
+    while True:
+        outcome = _solve(problem, reserved, time_limit_s)
+        if len(owners) >= reservations:
+            return outcome
+        after = owners[-1] if owners else -1
+        blocked = next((p for p, pod in enumerate(problem.pods)
+                        if p > after and pod.demand and pod.eligible
+                        and p not in outcome.assignments), None)
+        if blocked is None:
+            return outcome
+        owners.append(blocked)
+        for g in reserve(problem, blocked, reserved.keys()):
+            reserved[g] = blocked
+
+
+def _solve(problem: Problem, reserved: dict[int, int], time_limit_s: float) -> Outcome:
+    """One solve with GPU ``g`` closed to every pod after ``reserved[g]``."""
+
+    def open_to(position: int, g: int) -> bool:
+        owner = reserved.get(g)
+        return owner is None or position <= owner
+
     model = _Model()
     # Per GPU: the resources eligible pods might take from it, and the layout choice.
     wanted: list[set[str]] = [set() for _ in problem.gpus]
@@ -200,7 +236,7 @@ def solve_exact(
                 node.free_memory_mib is not None and pod.pod.memory_mib > node.free_memory_mib
             ):
                 continue
-            gids = problem.node_gpus[n]
+            gids = [g for g in problem.node_gpus[n] if open_to(position, g)]
             if not pod.demand or not all(
                 any(problem.gpus[g].offers(r) for g in gids) for r, _ in pod.demand
             ):
@@ -238,16 +274,15 @@ def solve_exact(
                     terms.append((z, float(amount)))
             if terms:
                 model.row(-float("inf"), float(limit), terms)
-    # Lexicographic priorities: a pod of a higher priority outweighs all lower ones together.
-    weight: dict[int, float] = {}
-    running = 1.0
-    for priority in sorted({p.pod.priority for p in problem.pods}):
-        weight[priority] = running
-        running *= sum(1 for p in problem.pods if p.pod.priority == priority) + 1
-    primary = {z: weight[problem.pods[p].pod.priority] for (p, _), z in lands.items()}
-    values = model.solve([(primary, True), (secondary, False)], time_limit_s) if (
-        model.lower
-    ) else []
+    # Lexicographic in planning order: a pod outweighs all the pods after it together.
+    stages: list[tuple[dict[int, float], bool]] = []
+    for first in range(0, len(problem.pods), _STAGE):
+        stage = {z: float(2 ** (_STAGE - 1 - (p - first))) for (p, _), z in lands.items()
+                 if first <= p < first + _STAGE}
+        if stage:
+            stages.append((stage, True))
+    stages.append((secondary, False))
+    values = model.solve(stages, time_limit_s) if model.lower else []
     return _outcome(problem, choices, lands, takes, values)
 
 

@@ -8,7 +8,7 @@ difference between the fast and the exact plan comes from the search alone.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 
 from tessera.core import catalogue
@@ -26,8 +26,7 @@ from tessera.core.planner.model import (
 )
 
 __all__ = [
-    "GpuInfo", "PodInfo", "Problem", "largest_first", "oldest_first", "prepare", "profile_for",
-    "resource_size",
+    "GpuInfo", "PodInfo", "Problem", "demand_shares", "prepare", "profile_for", "resource_size",
 ]
 
 
@@ -111,9 +110,12 @@ class Problem:
     node_gpus: tuple[tuple[int, ...], ...]
     """GPU ids (into :attr:`gpus`) of each node, in index order."""
     pods: tuple[PodInfo, ...]
-    """In planning order: priority first (highest), then smallest, then oldest, then name."""
+    """In planning order: priority first (highest), then oldest, then namespace and name."""
     classes: tuple[tuple[int, ...], ...]
     """Nodes that every pod's filters treat alike (same relevant labels, same taints)."""
+    demand: tuple[tuple[str, float], ...] = ()
+    """(resource, share of recent requests), sorted: what placements keep capacity usable
+    for (see :func:`demand_shares`)."""
 
     @property
     def priorities(self) -> tuple[int, ...]:
@@ -194,7 +196,23 @@ def _layout_facts(
 _Facts = tuple[frozenset[Slice], frozenset[Slice], frozenset[str]]
 
 
-def prepare(snapshot: Snapshot, pods: Sequence[PendingPod]) -> Problem:
+def demand_shares(pods: Sequence[PendingPod],
+                  recent: Mapping[str, float] | None = None) -> tuple[tuple[str, float], ...]:
+    """Each resource's share of recent requests: ``recent`` (units per resource, e.g. decayed
+    counts of pods seen lately) when given, else the pending pods' own units."""
+    counts: dict[str, float] = {}
+    if recent:
+        counts.update((r, float(n)) for r, n in recent.items() if n > 0)
+    else:
+        for pod in pods:
+            for resource, count in pod.requests:
+                counts[resource] = counts.get(resource, 0.0) + count
+    total = sum(counts.values())
+    return tuple(sorted((r, n / total) for r, n in counts.items())) if total else ()
+
+
+def prepare(snapshot: Snapshot, pods: Sequence[PendingPod],
+            recent: Mapping[str, float] | None = None) -> Problem:
     """Resolve models, in-use and frozen GPUs, filters and the planning order, once."""
     gpus: list[GpuInfo] = []
     node_gpus: list[tuple[int, ...]] = []
@@ -220,13 +238,7 @@ def prepare(snapshot: Snapshot, pods: Sequence[PendingPod]) -> Problem:
         node_gpus.append(tuple(ids))
     ordered = sorted(
         pods,
-        key=lambda p: (
-            -p.priority,
-            sum(resource_size(r) * c for r, c in p.requests),
-            p.creation_time,
-            p.namespace,
-            p.name,
-        ),
+        key=lambda p: (-p.priority, p.creation_time, p.namespace, p.name),
     )
     filters, classes = _eligibility(ordered, snapshot.nodes)
     infos = tuple(
@@ -236,29 +248,5 @@ def prepare(snapshot: Snapshot, pods: Sequence[PendingPod]) -> Problem:
     )
     return Problem(
         nodes=snapshot.nodes, gpus=tuple(gpus), node_gpus=tuple(node_gpus), pods=infos,
-        classes=classes,
+        classes=classes, demand=demand_shares(pods, recent),
     )
-
-
-def oldest_first(problem: Problem) -> Problem:
-    """The same problem with pods of each priority in creation order (FIFO)."""
-    ordered = sorted(
-        problem.pods,
-        key=lambda p: (-p.pod.priority, p.pod.creation_time, p.pod.namespace, p.pod.name),
-    )
-    return replace(problem, pods=tuple(ordered))
-
-
-def largest_first(problem: Problem) -> Problem:
-    """The same problem with pods of each priority ordered largest first (then oldest)."""
-    ordered = sorted(
-        problem.pods,
-        key=lambda p: (
-            -p.pod.priority,
-            -sum(resource_size(r) * c for r, c in p.demand),
-            p.pod.creation_time,
-            p.pod.namespace,
-            p.pod.name,
-        ),
-    )
-    return replace(problem, pods=tuple(ordered))
