@@ -1,6 +1,6 @@
 """Planner speed: 1,250 nodes x 8 GPUs, 5,000 pending pods; median wall and CPU time, peak memory.
 
-Run: ``.venv/bin/python bench/planner_bench.py [--runs 5] [--random]``. ``--random`` gives every
+Run: ``.venv/bin/python bench/planner_bench.py [--runs 5] [--random] [--pods 20000]``. ``--random`` gives every
 split GPU a random layout (nearly every GPU distinct: the worst case for the memo); the default
 draws NVIDIA's standard layouts, as a mig-parted fleet has. The quality comparison (exact,
 static layouts, first-fit, Alibaba trace) is ``bench/simulate/planner_quality.py``.
@@ -22,11 +22,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--random", action="store_true")
+    parser.add_argument("--pods", type=int, default=5000,
+                        help="pending pods (20000: the overloaded case, about half fit)")
     args = parser.parse_args()
     rng = random.Random(1)
     snapshot = synthetic_cluster(rng, 1250, gpus_per_node=8, split=0.5, in_use=0.5,
                                  standard=not args.random)
-    pods = synthetic_pods(rng, 5000, multi=0.1, priorities=(0, 10))
+    pods = synthetic_pods(rng, args.pods, multi=0.1, priorities=(0, 10))
     walls, cpus = [], []
     result = None
     for _ in range(args.runs):
