@@ -48,4 +48,5 @@ def test_an_unknown_model_is_a_usage_error_listing_the_models(
 ) -> None:
     assert main(["catalogue", "V100"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("tessera: error: model: unknown GPU model 'V100' (valid: A30-24GB")
+    assert err.startswith("tessera: error: model: unknown GPU model 'V100' (a catalogue name, ")
+    assert "(valid: A30-24GB" in err

@@ -43,6 +43,13 @@ def test_init_writes_idle_cards_and_refuses_to_overwrite(
     assert "pass --force" in capsys.readouterr().err
 
 
+def test_init_takes_the_model_names_nvml_reports(tmp_path: Path) -> None:
+    path = tmp_path / "node.json"
+    assert main(["dev", "sim", "init", str(path), "--gpus", "2xA100-SXM4-80GB,H100-80GB"]) == 0
+    assert [g.model for g in load_state_file(path).gpus] == ["A100-80GB", "A100-80GB",
+                                                            "H100-80GB"]
+
+
 def test_init_names_a_bad_gpu_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dev", "sim", "init", str(tmp_path / "x.json"), "--gpus", "2xB300"]) == 2
     assert "--gpus: unknown GPU model 'B300'" in capsys.readouterr().err

@@ -171,6 +171,21 @@ def test_real_cards_map_to_models_by_pci_id_then_name() -> None:
     assert catalogue.find_model("a100") is None  # ambiguous prefix
 
 
+@pytest.mark.parametrize("name", [
+    "A100-80GB", "a100-80gb",  # catalogue name, any case
+    "NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB", "a100 80gb pcie",  # NVML's, with or without NVIDIA
+    "0x20B2", "0x20b210de",  # PCI device id, bare or with NVIDIA's vendor id
+    "A100-8",  # a unique prefix
+])
+def test_one_resolver_reads_every_way_a_model_is_named(name: str) -> None:
+    assert catalogue.model(name) == catalogue.model("A100-80GB")
+
+
+def test_an_ambiguous_prefix_names_the_candidates() -> None:
+    with pytest.raises(UnknownModelError, match=r"ambiguous.*A100-SXM4-40GB, A100-80GB"):
+        catalogue.model("A100", field_name="--gpus")
+
+
 def test_unknown_model_and_profile_name_the_field_and_the_choices() -> None:
     with pytest.raises(UnknownModelError) as model_error:
         catalogue.model("A200", field_name="spec.gpus[0].model")

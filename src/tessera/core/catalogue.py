@@ -311,29 +311,53 @@ def models() -> tuple[GpuModel, ...]:
 
 
 def model(name: str, field_name: str = "model") -> GpuModel:
-    """The model with this catalogue name (case-insensitive), or a product name NVML reports."""
+    """The one resolver every command uses: a catalogue name (case-insensitive), a product
+    name as NVML reports it with or without ``NVIDIA `` (``A100-SXM4-80GB``), a PCI device id
+    (``0x20B2``, or with NVIDIA's vendor id, ``0x20B210DE``), or a unique prefix (``h200``).
+    Anything else is refused naming the field and every valid name."""
     found = find_model(name)
     if found is None:
+        lowered = name.strip().lower()
+        several = [m.name for m in models() if lowered and m.name.lower().startswith(lowered)]
+        problem = (f"GPU model {name!r} is ambiguous: it starts {', '.join(several)}"
+                   if len(several) > 1 else f"unknown GPU model {name!r}")
         raise UnknownModelError(
-            field_name, f"unknown GPU model {name!r}", [m.name for m in models()]
+            field_name, f"{problem} (a catalogue name, an NVML product name, a PCI device id "
+            "or a unique prefix)", [m.name for m in models()]
         )
     return found
 
 
+def _pci_id(text: str) -> int | None:
+    digits = text.removeprefix("0x")
+    if not 4 <= len(digits) <= 8 or any(c not in "0123456789abcdef" for c in digits):
+        return None
+    return int(digits, 16)
+
+
 def find_model(name: str, pci_device_id: int | None = None) -> GpuModel | None:
-    """Map a card to its model: by PCI device id first (exact), else by name or product name."""
+    """Map a card to its model: by PCI device id first (exact), else as :func:`model` reads
+    ``name``; None when nothing (or more than one model, for a prefix) matches."""
     if pci_device_id is not None:
         for candidate in models():
             if pci_device_id in candidate.pci_device_ids:
                 return candidate
     lowered = name.strip().lower()
+    if not lowered:
+        return None
     for candidate in models():
         if candidate.name.lower() == lowered:
             return candidate
-    for candidate in models():
-        if any(product.lower() == lowered for product in candidate.product_names):
-            return candidate
-    prefixed = [c for c in models() if lowered and c.name.lower().startswith(lowered)]
+    for product in (lowered, f"nvidia {lowered}"):
+        for candidate in models():
+            if any(p.lower() == product for p in candidate.product_names):
+                return candidate
+    number = _pci_id(lowered)
+    if number is not None:
+        for candidate in models():
+            if any(number in (full, full >> 16) for full in candidate.pci_device_ids):
+                return candidate
+    prefixed = [c for c in models() if c.name.lower().startswith(lowered)]
     return prefixed[0] if len(prefixed) == 1 else None  # "h200" is H200-141GB; "a100" is neither
 
 

@@ -224,6 +224,5 @@ def synthetic(rng: random.Random, count: int, model: GpuModel, *,
 
 
 def resolve_model(name: str, field: str = "model") -> GpuModel:
-    """A catalogue model by name, product name (``A100-SXM4-80GB`` as NVML has it) or prefix."""
-    found = catalogue.find_model(name) or catalogue.find_model(f"NVIDIA {name}")
-    return found if found is not None else catalogue.model(name, field)
+    """A catalogue model as :func:`tessera.core.catalogue.model` resolves every name."""
+    return catalogue.model(name, field)

@@ -36,7 +36,7 @@ def test_a_missing_file_says_how_to_make_one(tmp_path: Path) -> None:
          "gpus[0].uuid", "should match pattern"),
         ('{"version": 1, "gpus": [{"index": 0, "model": "A200",'
          ' "uuid": "GPU-00000000-0000-0000-0000-000000000000"}]}',
-         "gpus[0]", "unknown GPU model 'A200' (valid: A30-24GB"),
+         "gpus[0]", "unknown GPU model 'A200' (a catalogue name"),
         ('{"version": 1, "gpus": [], "colour": "red"}', "colour", "Extra inputs"),
         ('{"version": 9, "gpus": []}', "version", "newer than this tessera reads"),
     ],
