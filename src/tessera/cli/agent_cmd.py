@@ -117,6 +117,14 @@ def load_partition(path: str) -> NodePartition:
         document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise InvalidInputError("--spec-file", f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError("--spec-file", f"{path} is not UTF-8 text (byte {exc.start}); "
+                                "give a NodePartition as YAML or JSON") from exc
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        raise InvalidInputError("--spec-file", f"{path} is not valid YAML or JSON{line}: "
+                                f"{getattr(exc, 'problem', None) or exc}") from exc
     if not isinstance(document, dict):
         raise InvalidInputError("--spec-file", f"{path} is not a NodePartition object")
     document.setdefault("metadata", {"name": "local"})
