@@ -240,3 +240,56 @@ def test_pods_bound_to_one_gpu_do_not_hide_free_slices_on_another() -> None:
     (gpu0, gpu1) = snapshot.nodes[0].gpus
     assert [s.in_use for s in gpu0.slices] == [False]
     assert [s.in_use for s in gpu1.slices] == [True]
+
+
+class PlanCounter:
+    def __init__(self) -> None:
+        self.plans = 0
+
+    def record_tick(self, pending: int, leader: bool) -> None:
+        pass
+
+    def record_plan(self, seconds: float, placed: int, unplaced: int, created: int,
+                    destroyed: int) -> None:
+        self.plans += 1
+
+    def record_release(self) -> None:
+        pass
+
+
+def test_pods_that_do_not_fit_are_planned_again_only_when_something_changed() -> None:
+    cache = ClusterCache()
+    recorder = Recorder(cache)
+    clock = Clock()
+    counter = PlanCounter()
+    controller = Controller(cache, recorder, ControllerSettings(
+        batch_idle_s=0.5, batch_max_s=3.0, resync_s=30.0), clock=clock, wall_clock=clock,
+        metrics=counter)
+    cache.put("partitionpolicy", "ADDED", DYNAMIC)
+    cache.put("node", "ADDED", node("node-a"))
+    busy = {"profile": "7g.80gb", "start": 0, "gpuInstanceId": 0,
+            "uuid": "MIG-00000000-0000-5000-0000-000000000000"}
+    cache.put("nodepartition", "ADDED", partition("node-a", [busy]))
+    cache.put("pod", "ADDED", pod("holder", "nvidia.com/mig-7g.80gb", gated=False,
+                                  node_name="node-a"))
+    cache.put("pod", "ADDED", pod("waits", "nvidia.com/mig-7g.80gb"))
+    for _ in range(20):
+        clock.now += 1
+        controller.tick()
+    assert counter.plans == 1, "20 s of ticks with nothing new: one plan, not twenty"
+    assert [e[1] for e in recorder.pod_events if e[0] == "ml/waits"] == ["NoGPUFit"], \
+        "the pod is told once"
+    cache.put("pod", "ADDED", pod("another", "nvidia.com/mig-7g.80gb"))  # something new
+    for _ in range(2):
+        clock.now += 1
+        controller.tick()
+    assert counter.plans == 2
+    for _ in range(8):
+        clock.now += 1
+        controller.tick()
+    assert counter.plans == 2
+    clock.now += 30  # the periodic resync
+    for _ in range(2):
+        controller.tick()
+        clock.now += 1
+    assert counter.plans == 3

@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from tessera.api.v1alpha1 import (
@@ -137,6 +137,10 @@ class ControllerSettings:
     plan_timeout_s: float = 120.0
     release_timeout_s: float = 300.0
     solver: planner.SolverName = "fast"
+    resync_s: float = 30.0
+    """Pods that did not fit are planned again only when the cluster changed (a pod came or
+    went, a slice freed, a node, policy or plan report changed) or after this long: time alone
+    can matter (a GPU's repartition interval running out)."""
 
 
 @dataclass
@@ -160,6 +164,9 @@ class _State:
     last_change: dict[tuple[str, int], float] = field(default_factory=dict)
     told: dict[str, str] = field(default_factory=dict)
     counter: int = 0
+    last_inputs: object = None
+    """What the last plan was made from (snapshot without its clock, pending pods)."""
+    last_plan_at: float = float("-inf")
 
 
 def _allocatable(node: RawObject, resource: str) -> int:
@@ -351,6 +358,14 @@ class Controller:
         snapshot = build_snapshot(nodes.values(), partitions, policies, self._claimed(pods),
                                   frozen=inflight, last_change=state.last_change,
                                   now=self._wall())
+        inputs = (replace(snapshot, now=None), frozenset(pending))
+        if inputs == state.last_inputs and now - state.last_plan_at < self.settings.resync_s:
+            # Nothing changed since these pods last found no room: planning again would
+            # only repeat that answer (and its cost) every tick.
+            state.batch_opened = None
+            state.batch_keys = frozenset()
+            return
+        state.last_inputs, state.last_plan_at = inputs, now
         started = time.perf_counter()
         result = planner.plan(snapshot, pending, solver=self.settings.solver)
         seconds = time.perf_counter() - started
