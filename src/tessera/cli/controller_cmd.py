@@ -29,6 +29,9 @@ def register(commands: Any) -> None:
                         help="close a batch at the latest this long after it opened")
     parser.add_argument("--plan-timeout-seconds", type=float, default=120.0,
                         help="give up waiting for an agent to report a plan after this long")
+    parser.add_argument("--resync-seconds", type=float, default=30.0,
+                        help="plan pods that did not fit again after this long even if "
+                        "nothing changed (otherwise only on a change)")
     parser.add_argument("--solver", choices=["fast", "exact"], default="fast")
     parser.add_argument("--identity", default=os.environ.get("POD_NAME"),
                         help="this replica's name in the leader Lease")
@@ -40,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
     settings = ControllerSettings(batch_idle_s=args.batch_idle_seconds,
                                   batch_max_s=args.batch_max_seconds,
-                                  plan_timeout_s=args.plan_timeout_seconds, solver=args.solver)
+                                  plan_timeout_s=args.plan_timeout_seconds,
+                                  resync_s=args.resync_seconds, solver=args.solver)
     operator.run(api_client(args.kubeconfig), namespace=args.namespace, settings=settings,
                  metrics_port=args.metrics_port, identity=args.identity,
                  kubeconfig=args.kubeconfig)
