@@ -1,9 +1,10 @@
 """Planner speed: 1,250 nodes x 8 GPUs, 5,000 pending pods; median wall and CPU time, peak memory.
 
-Run: ``.venv/bin/python bench/planner_bench.py [--runs 5] [--random] [--pods 20000]``. ``--random`` gives every
-split GPU a random layout (nearly every GPU distinct: the worst case for the memo); the default
-draws NVIDIA's standard layouts, as a mig-parted fleet has. The quality comparison (exact,
-static layouts, first-fit, Alibaba trace) is ``bench/simulate/planner_quality.py``.
+Run: ``.venv/bin/python bench/planner_bench.py [--runs 5] [--random] [--pods 40000]``.
+``--random`` gives every split GPU a random layout (nearly every GPU distinct: the worst case
+for the memo); the default draws NVIDIA's standard layouts, as a mig-parted fleet has. The
+quality comparison (exact, static layouts, first-fit, Alibaba trace) is
+``bench/simulate/planner_quality.py``.
 """
 
 from __future__ import annotations
