@@ -188,6 +188,21 @@ def test_the_api_server_refuses_invalid_objects_naming_the_field(system: System)
     assert "spec.gpus[0].slices[0].start" in range_error.value.body
 
 
+def test_a_pod_asking_a_slice_only_in_an_init_container_is_gated(system: System) -> None:
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "init-only", "namespace": "default"},
+            "spec": {"nodeSelector": POOL,
+                     "initContainers": [{"name": "warm", "image": "registry.invalid/warm:1",
+                                         "resources": {"limits": {MIG_1G: "1"}}}],
+                     "containers": [{"name": "main", "image": "registry.invalid/app:1"}]}}
+    created = system.core.create_namespaced_pod("default", body)
+    try:
+        gates = [g.name for g in created.spec.scheduling_gates or []]
+        assert gates == ["tessera.dev/placement"]
+    finally:
+        system.core.delete_namespaced_pod("init-only", "default", grace_period_seconds=0)
+
+
 def test_the_components_hold_only_the_chart_s_permissions(system: System) -> None:
     agent = client.CoreV1Api(_client(system.agent_kubeconfig))
     with pytest.raises(ApiException) as error:
