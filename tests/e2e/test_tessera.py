@@ -220,6 +220,46 @@ def test_the_components_hold_only_the_chart_s_permissions(system: System) -> Non
     assert policy_error.value.status == 403
 
 
+def test_an_agent_writes_only_its_own_node_s_partition(system: System) -> None:
+    """The agent on a100-a (token bound to its pod there) is refused a100-b's status; a token
+    bound to no pod is refused everything; its own node's status it may write."""
+    own = client.CustomObjectsApi(_client(system.agent_kubeconfig_for("a100-a")))
+    status = {"status": system.partition("a100-b").get("status", {})}
+    with pytest.raises(ApiException) as error:
+        own.patch_cluster_custom_object_status(GROUP, VERSION, "nodepartitions", "a100-b",
+                                               status)
+    assert error.value.status == 403
+    assert "the agent on node a100-a may write only NodePartition a100-a" in error.value.body
+    assert "tessera-agent-own-node" in error.value.body
+    unbound = client.CustomObjectsApi(_client(system.agent_kubeconfig))
+    with pytest.raises(ApiException) as unbound_error:
+        unbound.patch_cluster_custom_object_status(GROUP, VERSION, "nodepartitions", "a100-a",
+                                                   {"status": system.partition("a100-a")
+                                                    .get("status", {})})
+    assert unbound_error.value.status == 403
+    own.patch_cluster_custom_object_status(GROUP, VERSION, "nodepartitions", "a100-a",
+                                           {"status": system.partition("a100-a")["status"]})
+
+
+def test_only_the_controller_may_lift_the_placement_gate(system: System) -> None:
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "jumps-the-queue", "namespace": "default"},
+            "spec": {"nodeSelector": {"tessera.dev/pool": "nowhere"},
+                     "containers": [{"name": "main", "image": "registry.invalid/app:1",
+                                     "resources": {"limits": {MIG_1G: "1"}}}]}}
+    created = system.core.create_namespaced_pod("default", body)
+    try:
+        assert [g.name for g in created.spec.scheduling_gates] == ["tessera.dev/placement"]
+        with pytest.raises(ApiException) as error:  # the cluster admin, even
+            system.core.patch_namespaced_pod("jumps-the-queue", "default", [
+                {"op": "remove", "path": "/spec/schedulingGates/0"}])
+        assert error.value.status in (403, 422)
+        assert "placement-gate-owner" in error.value.body
+        assert "only Tessera's controller" in error.value.body
+    finally:
+        system.core.delete_namespaced_pod("jumps-the-queue", "default", grace_period_seconds=0)
+
+
 def _client(kubeconfig: Path) -> client.ApiClient:
     from kubernetes import config  # noqa: PLC0415
 

@@ -10,6 +10,7 @@ agent drives an NVML simulator state file.
 from __future__ import annotations
 
 import base64
+import contextlib
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -31,9 +32,18 @@ CHART = Path(__file__).resolve().parents[3] / "charts" / "tessera"
 
 
 def _token_kubeconfig(cluster: Cluster, core: client.CoreV1Api, namespace: str, account: str,
-                      path: Path) -> Path:
+                      path: Path, *, bound_to: client.V1Pod | None = None) -> Path:
+    """A kubeconfig with a token of ``account``; ``bound_to`` a pod, as a DaemonSet pod's
+    projected token is, so that the API server adds the pod's node to the token."""
+    bound = None
+    if bound_to is not None:
+        assert bound_to.metadata is not None
+        bound = client.V1BoundObjectReference(kind="Pod", api_version="v1",
+                                              name=bound_to.metadata.name,
+                                              uid=bound_to.metadata.uid)
     request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(expiration_seconds=3600, audiences=[]))
+        spec=client.V1TokenRequestSpec(expiration_seconds=3600, audiences=[],
+                                       bound_object_ref=bound))
     token = core.create_namespaced_service_account_token(account, namespace, request)
     assert token.status is not None
     admin = yaml.safe_load(cluster.kubeconfig.read_text())
@@ -93,6 +103,10 @@ class TesseraDeployment:
         for name in list(self.nodes):
             self.cluster.remove_node(name)
             del self.nodes[name]
+            with contextlib.suppress(ApiException):
+                self.core.delete_namespaced_pod(f"tessera-agent-{name}", self.namespace,
+                                                grace_period_seconds=0)
+            (self.scratch / f"agent-{name}.kubeconfig").unlink(missing_ok=True)
         subprocess.run([self.cluster.binaries["helm"], "--kubeconfig",
                         str(self.cluster.kubeconfig), "uninstall", "tessera", "-n",
                         self.namespace], capture_output=True, timeout=120, check=False)
@@ -102,12 +116,13 @@ class TesseraDeployment:
         """A real kubelet with ``tessera agent`` beside it on a simulated node of ``models``."""
 
         def start_agent(node: Node) -> None:
+            kubeconfig = self.agent_kubeconfig_for(node.name)
             state = node.root / "gpus.json"
             write_new_state_file(state, new_node_state(node.name, list(models), mig=mig))
             self.states[node.name] = state
             node.spawn("agent", [
                 sys.executable, "-m", "tessera.cli.main", "agent", "--node-name", node.name,
-                "--kubeconfig", str(self.agent_kubeconfig), "--nvml", f"sim:{state}",
+                "--kubeconfig", str(kubeconfig), "--nvml", f"sim:{state}",
                 "--plugin-dir", str(node.device_plugin_dir),
                 "--pod-resources-socket", str(node.pod_resources_socket),
                 "--resync-seconds", str(resync_s), "--metrics-port", "0",
@@ -116,6 +131,28 @@ class TesseraDeployment:
         node = self.cluster.add_node(name, labels=labels, hooks=[start_agent])
         self.nodes[name] = node
         return node
+
+    def agent_kubeconfig_for(self, node: str) -> Path:
+        """The agent's credentials on ``node``, as the DaemonSet gives them: a token bound to
+        an agent pod running there (the chart's policy confines the agent to that node)."""
+        path = self.scratch / f"agent-{node}.kubeconfig"
+        if path.exists():
+            return path
+        body = client.V1Pod(
+            metadata=client.V1ObjectMeta(name=f"tessera-agent-{node}", namespace=self.namespace,
+                                         labels={"app.kubernetes.io/component": "agent"}),
+            spec=client.V1PodSpec(
+                node_name=node, service_account_name="tessera-agent",
+                tolerations=[client.V1Toleration(operator="Exists")],
+                containers=[client.V1Container(name="agent", image="registry.invalid/agent:1")]))
+        try:
+            pod = self.core.create_namespaced_pod(self.namespace, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            pod = self.core.read_namespaced_pod(f"tessera-agent-{node}", self.namespace)
+        return _token_kubeconfig(self.cluster, self.core, self.namespace, "tessera-agent", path,
+                                 bound_to=pod)
 
     def start_controller(self, identity: str, *extra: str) -> Process:
         process = Process(f"controller-{identity}", [
