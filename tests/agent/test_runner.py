@@ -137,3 +137,20 @@ def test_a_health_change_is_reported_without_waiting_for_a_resync(
     finally:
         runner.stop()
         thread.join(10)
+
+
+def test_probes_follow_the_reconcile_loop(agent_node: AgentNode) -> None:
+    partitions, events = FakePartitions(), FakeEvents()
+    runner = AgentRunner("node-a", agent_node.runtime, agent_node.reconciler,
+                         partitions, events=events, resync_s=0.3)  # type: ignore[arg-type]
+    assert not runner.live(), "not live before the loop runs"
+    assert not runner.ready()
+    thread = threading.Thread(target=runner.run, daemon=True)
+    thread.start()
+    try:
+        _wait(runner.ready)
+        assert runner.live()
+    finally:
+        runner.stop()
+        thread.join(10)
+    assert not runner.live(), "a stopped loop is not live: the kubelet restarts the container"

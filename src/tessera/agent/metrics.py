@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tessera.agent.reconciler import ReconcileResult
 
@@ -32,9 +32,6 @@ class AgentMetrics:
                                        "Devices the kubelet has allocated to pods", registry=r)
         self.mps_daemons_up = Gauge("tessera_agent_mps_daemons_up",
                                     "MPS control daemons running", registry=r)
-
-    def serve(self, port: int, address: str = "0.0.0.0") -> None:
-        start_http_server(port, addr=address, registry=self.registry)
 
     def record(self, result: ReconcileResult) -> None:
         self.reconcile_seconds.observe(result.seconds)

@@ -41,6 +41,8 @@ class AgentRunner:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.reconciles = 0
+        self._running = False
+        self._last_pass = time.monotonic()
 
     def wake(self) -> None:
         self._wake.set()
@@ -49,13 +51,25 @@ class AgentRunner:
         self._stop.set()
         self._wake.set()
 
+    def live(self) -> bool:
+        """The reconcile loop is running and went round lately (a pass waits at most
+        ``resync_s``; three missed ones mean it is stuck), and the plugin servers are up."""
+        recent = time.monotonic() - self._last_pass < max(3 * self.resync_s, 60.0)
+        return self._running and recent and self.runtime.plugins.running()
+
+    def ready(self) -> bool:
+        """Reconciled once: the cards are partitioned and reported as the spec says."""
+        return self.reconciles > 0
+
     def run(self) -> None:
         self.runtime.health_changed = self.wake
         self.runtime.start()
         watcher = threading.Thread(target=self._watch, name="partition-watch", daemon=True)
         watcher.start()
+        self._running = True
         try:
             while not self._stop.is_set():
+                self._last_pass = time.monotonic()
                 try:
                     self.reconcile_now()
                 except ApiException as exc:
@@ -66,6 +80,7 @@ class AgentRunner:
                 self._wake.wait(self.resync_s)
                 self._wake.clear()
         finally:
+            self._running = False
             self.runtime.stop()
 
     def _watch(self) -> None:

@@ -21,6 +21,7 @@ from tessera.cli import logs
 from tessera.core.errors import InvalidInputError
 from tessera.kube.config import api_client
 from tessera.kube.events import EventRecorder
+from tessera.kube.health import HealthServer
 from tessera.kube.partitions import NodePartitions
 from tessera.kubelet.allocation import AllocateOptions, DeviceListStrategy
 from tessera.kubelet.constants import DEVICE_PLUGIN_DIR, POD_RESOURCES_SOCKET
@@ -166,12 +167,12 @@ def _run_connected(args: argparse.Namespace) -> int:
     backend = open_backend(args.nvml)
     runtime = NodeRuntime(backend, _settings(args))
     metrics = AgentMetrics()
-    if args.metrics_port:
-        metrics.serve(args.metrics_port)
     runner = AgentRunner(args.node_name, runtime, Reconciler(runtime, _mps(args)),
                          NodePartitions(api),
                          events=EventRecorder(api, "agent"),
                          metrics=metrics, resync_s=args.resync_seconds)
+    if args.metrics_port:
+        HealthServer(args.metrics_port, metrics.registry, live=runner.live, ready=runner.ready)
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
     signal.signal(signal.SIGINT, lambda *_: runner.stop())
     try:

@@ -12,12 +12,13 @@ import logging
 import os
 import socket
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tessera.api.v1alpha1 import (
     API_VERSION,
@@ -31,11 +32,12 @@ from tessera.api.v1alpha1 import (
 from tessera.controller.demand import GATE
 from tessera.controller.loop import ClusterCache, Controller, ControllerSettings
 from tessera.kube.events import EventRecorder
+from tessera.kube.health import HealthServer
 from tessera.kube.leases import LeaderElector
 from tessera.kube.partitions import NodePartitions
 from tessera.kube.pods import Pods
 
-__all__ = ["ApiWriter", "ControllerMetrics", "build_registry", "run"]
+__all__ = ["ApiWriter", "ControllerMetrics", "build_registry", "prime", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +157,54 @@ def build_registry(cache: ClusterCache) -> kopf.OperatorRegistry:
     return registry
 
 
+def prime(cache: ClusterCache, api: client.ApiClient) -> None:
+    """Fill the cache with a full list of every kind the loop reads, before it first ticks.
+
+    The watches deliver their initial lists one kind at a time and in no promised order; a
+    loop that ticked meanwhile could see waiting pods before the pods bound beside them, take
+    their slices for free and hand one to a waiting pod that then can never be released (what
+    a controller restart on a busy cluster did). The watches deliver the same objects again
+    afterwards, which the cache takes as updates.
+    """
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    raw: Any = api  # the client's serialiser is untyped
+
+    def items(listed: Any) -> list[dict[str, Any]]:
+        return list(cast(dict[str, Any], listed).get("items") or [])
+
+    lists: tuple[tuple[str, Callable[[], list[dict[str, Any]]]], ...] = (
+        ("pod", lambda: items(raw.sanitize_for_serialization(
+            core.list_pod_for_all_namespaces()))),
+        ("node", lambda: items(raw.sanitize_for_serialization(core.list_node()))),
+        ("nodepartition", lambda: items(custom.list_cluster_custom_object(
+            GROUP, VERSION, "nodepartitions"))),
+        ("partitionpolicy", lambda: items(custom.list_cluster_custom_object(
+            GROUP, VERSION, "partitionpolicies"))),
+    )
+    for kind, listing in lists:
+        for item in listing():
+            cache.put(kind, "ADDED", item)
+    log.info("cache primed: %d pods, %d nodes, %d NodePartitions, %d PartitionPolicies",
+             *(len(found) for found in cache.view()))
+
+
+def _prime_until_done(cache: ClusterCache, api: client.ApiClient, stop: threading.Event,
+                      synced: threading.Event) -> None:
+    delay = 1.0
+    while not stop.is_set():
+        try:
+            prime(cache, api)
+        except ApiException as exc:
+            log.error("listing the cluster failed (%s %s); retrying in %.0f s", exc.status,
+                      exc.reason, delay)
+            stop.wait(delay)
+            delay = min(delay * 2, 30.0)
+            continue
+        synced.set()
+        return
+
+
 def _loop(controller: Controller, elector: LeaderElector, metrics: ControllerMetrics,
           stop: threading.Event, tick_s: float) -> None:
     leading = False
@@ -192,8 +242,6 @@ def run(api: client.ApiClient, *, namespace: str, settings: ControllerSettings,
         lease_name: str = "tessera-controller", kubeconfig: str | None = None) -> None:
     cache = ClusterCache()
     metrics = ControllerMetrics()
-    if metrics_port:
-        start_http_server(metrics_port, registry=metrics.registry)
     writer = ApiWriter(api, EventRecorder(api, "controller"))
     logging.getLogger("kopf").setLevel(logging.WARNING)  # one line per watch event otherwise
     controller = Controller(cache, writer, settings, metrics=metrics)
@@ -216,9 +264,18 @@ def run(api: client.ApiClient, *, namespace: str, settings: ControllerSettings,
         settings.posting.enabled = False
         settings.watching.server_timeout = 120
 
+    synced = threading.Event()
+
+    def decide() -> None:
+        _prime_until_done(cache, api, stop, synced)
+        _loop(controller, elector, metrics, stop, tick_s)
+
+    worker = threading.Thread(target=decide, name="decision-loop", daemon=True)
+    if metrics_port:
+        # Ready once the cache holds the whole cluster; live while the decision loop runs.
+        HealthServer(metrics_port, metrics.registry, live=worker.is_alive,
+                     ready=synced.is_set)
     elector.start()
-    worker = threading.Thread(target=_loop, args=(controller, elector, metrics, stop, tick_s),
-                              name="decision-loop", daemon=True)
     worker.start()
     try:
         kopf.run(registry=registry, clusterwide=True, standalone=True)

@@ -309,6 +309,11 @@ class PluginManager:
                                         daemon=True)
         self._thread.start()
 
+    def running(self) -> bool:
+        """The watcher that serves and re-registers the plugins is alive (a liveness fact:
+        registration itself depends on the kubelet, which may be restarting)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self) -> None:
         """Stop the watcher and every server; sockets are removed."""
         self._stop.set()

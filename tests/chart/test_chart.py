@@ -1,0 +1,91 @@
+"""The chart as helm renders it: what an admin's values produce, and which values it refuses.
+
+helm comes from the test cluster's binaries (``make cluster-bins``); nothing here needs a
+running cluster.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tessera.testing.cluster._cluster import Binaries
+from tessera.testing.cluster.fixtures import require_binaries
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "tessera"
+
+
+@pytest.fixture(scope="module")
+def binaries() -> Binaries:
+    return require_binaries()
+
+
+def helm(binaries: Binaries, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([binaries["helm"], *args], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def render(binaries: Binaries, *sets: str) -> list[dict[str, Any]]:
+    flags = [f for s in sets for f in ("--set", s)]
+    result = helm(binaries, "template", "tessera", str(CHART), "-n", "tessera", *flags)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def test_the_chart_lints_clean(binaries: Binaries) -> None:
+    result = helm(binaries, "lint", str(CHART))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("controller.solver=best", "at '/controller/solver': value must be one of 'fast', 'exact'"),
+    ("agent.nvml=fake", "at '/agent/nvml': 'fake' does not match pattern"),
+    ("controler.replicas=3", "additional properties 'controler' not allowed"),
+    ("controller.replicas=0", "at '/controller/replicas'"),
+    ("admission.failurePolicy=Sometimes", "at '/admission/failurePolicy'"),
+    ("defaultPolicy.spec.mode=greedy", "at '/defaultPolicy/spec/mode'"),
+])
+def test_bad_values_are_refused_naming_the_field(binaries: Binaries, value: str,
+                                                 message: str) -> None:
+    result = helm(binaries, "template", "tessera", str(CHART), "--set", value)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_both_components_have_probes_on_their_metrics_port(binaries: Binaries) -> None:
+    docs = {d["kind"]: d for d in render(binaries) if d["kind"] in ("Deployment", "DaemonSet")}
+    for kind in ("Deployment", "DaemonSet"):
+        (container,) = docs[kind]["spec"]["template"]["spec"]["containers"]
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+
+
+def test_the_controller_has_a_disruption_budget_when_it_has_a_standby(
+    binaries: Binaries,
+) -> None:
+    (budget,) = [d for d in render(binaries) if d["kind"] == "PodDisruptionBudget"]
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert not [d for d in render(binaries, "controller.replicas=1")
+                if d["kind"] == "PodDisruptionBudget"]
+
+
+def test_a_default_policy_is_optional_and_survives_uninstall(binaries: Binaries) -> None:
+    assert not [d for d in render(binaries) if d["kind"] == "PartitionPolicy"]
+    (policy,) = [d for d in render(binaries, "defaultPolicy.enabled=true")
+                 if d["kind"] == "PartitionPolicy"]
+    assert policy["spec"] == {"mode": "dynamic", "nodeSelector": {
+        "matchLabels": {"nvidia.com/gpu.present": "true"}}}
+    assert policy["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_the_notes_say_what_to_do_next(binaries: Binaries) -> None:
+    result = helm(binaries, "install", "tessera", str(CHART), "-n", "tessera",
+                  "--dry-run=client")
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert "kind: PartitionPolicy" in notes  # the example to apply
+    assert "kubectl get nodepartitions" in notes
+    assert "Uninstalling" in notes
