@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import kopf
@@ -37,7 +37,8 @@ from tessera.kube.leases import LeaderElector
 from tessera.kube.partitions import NodePartitions
 from tessera.kube.pods import Pods
 
-__all__ = ["ApiWriter", "ControllerMetrics", "build_registry", "prime", "run"]
+__all__ = ["ApiWriter", "ControllerMetrics", "api_listers", "build_registry", "prime",
+           "prime_until_done", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -157,15 +158,11 @@ def build_registry(cache: ClusterCache) -> kopf.OperatorRegistry:
     return registry
 
 
-def prime(cache: ClusterCache, api: client.ApiClient) -> None:
-    """Fill the cache with a full list of every kind the loop reads, before it first ticks.
+Lister = Callable[[], list[dict[str, Any]]]
 
-    The watches deliver their initial lists one kind at a time and in no promised order; a
-    loop that ticked meanwhile could see waiting pods before the pods bound beside them, take
-    their slices for free and hand one to a waiting pod that then can never be released (what
-    a controller restart on a busy cluster did). The watches deliver the same objects again
-    afterwards, which the cache takes as updates.
-    """
+
+def api_listers(api: client.ApiClient) -> tuple[tuple[str, Lister], ...]:
+    """A full list of every kind the decision loop reads, as raw objects (as watches give)."""
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
     raw: Any = api  # the client's serialiser is untyped
@@ -173,7 +170,7 @@ def prime(cache: ClusterCache, api: client.ApiClient) -> None:
     def items(listed: Any) -> list[dict[str, Any]]:
         return list(cast(dict[str, Any], listed).get("items") or [])
 
-    lists: tuple[tuple[str, Callable[[], list[dict[str, Any]]]], ...] = (
+    return (
         ("pod", lambda: items(raw.sanitize_for_serialization(
             core.list_pod_for_all_namespaces()))),
         ("node", lambda: items(raw.sanitize_for_serialization(core.list_node()))),
@@ -182,19 +179,32 @@ def prime(cache: ClusterCache, api: client.ApiClient) -> None:
         ("partitionpolicy", lambda: items(custom.list_cluster_custom_object(
             GROUP, VERSION, "partitionpolicies"))),
     )
-    for kind, listing in lists:
+
+
+def prime(cache: ClusterCache, listers: Sequence[tuple[str, Lister]]) -> None:
+    """Fill the cache with a full list of every kind the loop reads, before it first ticks.
+
+    The watches deliver their initial lists one kind at a time and in no promised order; a
+    loop that ticked meanwhile could see waiting pods before the pods bound beside them, take
+    their slices for free and hand one to a waiting pod that then can never be released (what
+    a controller restart on a busy cluster did). The watches deliver the same objects again
+    afterwards, which the cache takes as updates.
+    """
+    for kind, listing in listers:
         for item in listing():
             cache.put(kind, "ADDED", item)
     log.info("cache primed: %d pods, %d nodes, %d NodePartitions, %d PartitionPolicies",
              *(len(found) for found in cache.view()))
 
 
-def _prime_until_done(cache: ClusterCache, api: client.ApiClient, stop: threading.Event,
-                      synced: threading.Event) -> None:
-    delay = 1.0
+def prime_until_done(cache: ClusterCache, listers: Sequence[tuple[str, Lister]],
+                     stop: threading.Event, synced: threading.Event,
+                     first_delay: float = 1.0) -> None:
+    """:func:`prime`, retried with backoff while the API server refuses; then ``synced``."""
+    delay = first_delay
     while not stop.is_set():
         try:
-            prime(cache, api)
+            prime(cache, listers)
         except ApiException as exc:
             log.error("listing the cluster failed (%s %s); retrying in %.0f s", exc.status,
                       exc.reason, delay)
@@ -267,7 +277,7 @@ def run(api: client.ApiClient, *, namespace: str, settings: ControllerSettings,
     synced = threading.Event()
 
     def decide() -> None:
-        _prime_until_done(cache, api, stop, synced)
+        prime_until_done(cache, api_listers(api), stop, synced)
         _loop(controller, elector, metrics, stop, tick_s)
 
     worker = threading.Thread(target=decide, name="decision-loop", daemon=True)

@@ -1,0 +1,47 @@
+"""The controller process around the loop: it plans only on a cache that holds the cluster."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from tessera.controller.loop import ClusterCache
+from tessera.controller.operator import prime, prime_until_done
+from tests.controller.test_loop import DYNAMIC, node, partition, pod
+
+
+def _listers(failures: list[int]) -> list[tuple[str, Any]]:
+    def pods() -> list[dict[str, Any]]:
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise ApiException(status=503, reason="Service Unavailable")
+        return [pod("bound", gated=False, node_name="node-a"), pod("waits")]
+
+    return [("pod", pods), ("node", lambda: [node("node-a")]),
+            ("nodepartition", lambda: [partition("node-a", [])]),
+            ("partitionpolicy", lambda: [DYNAMIC])]
+
+
+def test_the_cache_is_primed_with_every_kind_before_the_loop_may_plan() -> None:
+    cache = ClusterCache()
+    prime(cache, _listers([0]))
+    pods, nodes, partitions, policies = cache.view()
+    assert set(pods) == {"ml/bound", "ml/waits"}
+    assert set(nodes) == set(partitions) == {"node-a"}
+    assert set(policies) == {"a100-dynamic"}
+
+
+def test_priming_is_retried_until_the_api_server_answers_then_marked_synced() -> None:
+    cache, stop, synced = ClusterCache(), threading.Event(), threading.Event()
+    prime_until_done(cache, _listers([2]), stop, synced, first_delay=0.01)
+    assert synced.is_set()
+    assert "ml/bound" in cache.view()[0]
+
+
+def test_a_stopped_controller_gives_up_priming_without_claiming_a_sync() -> None:
+    cache, stop, synced = ClusterCache(), threading.Event(), threading.Event()
+    stop.set()
+    prime_until_done(cache, _listers([5]), stop, synced, first_delay=0.01)
+    assert not synced.is_set()
