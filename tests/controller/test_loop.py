@@ -293,3 +293,35 @@ def test_pods_that_do_not_fit_are_planned_again_only_when_something_changed() ->
         controller.tick()
         clock.now += 1
     assert counter.plans == 3
+
+
+def test_a_pod_placed_on_a_slice_the_cluster_did_not_bear_out_is_planned_again() -> None:
+    """Planned on a view without the pod that held the slice (a restart's partial cache): the
+    node reports no room, so after ``stale_s`` the pod goes back to planning and lands on
+    the free slice elsewhere, instead of waiting for ``release_timeout_s``."""
+    cache = ClusterCache()
+    recorder = Recorder(cache)
+    clock = Clock()
+    controller = Controller(cache, recorder, ControllerSettings(
+        batch_idle_s=0.5, batch_max_s=3.0, stale_s=30.0, release_timeout_s=300.0),
+        clock=clock, wall_clock=clock)
+    cache.put("partitionpolicy", "ADDED", DYNAMIC)
+    free = [{"profile": "1g.10gb", "start": 0, "gpuInstanceId": 9,
+             "uuid": "MIG-00000009-0000-5000-0000-000000000000"}]
+    cache.put("node", "ADDED", node("node-a"))  # its kubelet has not published yet
+    cache.put("nodepartition", "ADDED", partition("node-a", free))
+    cache.put("node", "ADDED", node("node-b", {"nvidia.com/mig-1g.10gb": "1"}))
+    cache.put("nodepartition", "ADDED", partition("node-b", free))
+    cache.put("pod", "ADDED", pod("p"))
+    for _ in range(2):
+        controller.tick()
+        clock.now += 1
+    assert [e[2] for e in recorder.pod_events if e[0] == "ml/p"][0].endswith("node-a GPU 0 "
+                                                                              "for this pod")
+    # Now the truth arrives: a pod bound on node-a holds that slice.
+    cache.put("pod", "ADDED", pod("holder", gated=False, node_name="node-a"))
+    cache.put("node", "MODIFIED", node("node-a", {"nvidia.com/mig-1g.10gb": "1"}))
+    for _ in range(40):
+        controller.tick()
+        clock.now += 1
+    assert recorder.released == [("ml/p", "node-b", "node-b", True)]

@@ -137,6 +137,11 @@ class ControllerSettings:
     plan_timeout_s: float = 120.0
     release_timeout_s: float = 300.0
     solver: planner.SolverName = "fast"
+    stale_s: float = 30.0
+    """A placed pod whose node reported its plan but whose allocatable still has no room for
+    it this long after (the kubelet publishes within ~10 s) goes back to planning: the plan
+    was made on a view the cluster did not bear out, and waiting for ``release_timeout_s``
+    would strand it while a slice it could use sits free elsewhere."""
     resync_s: float = 30.0
     """Pods that did not fit are planned again only when the cluster changed (a pod came or
     went, a slice freed, a node, policy or plan report changed) or after this long: time alone
@@ -148,6 +153,8 @@ class _Waiting:
     node: str
     requests: tuple[tuple[str, int], ...]
     since: float
+    settled: float | None = None
+    """When the node's plan was reported while this pod still did not fit its allocatable."""
 
 
 @dataclass
@@ -406,9 +413,17 @@ class Controller:
                 del state.waiting[key]  # plan it again with the next batch
                 continue
             if waiting.node in inflight:
+                waiting.settled = None
                 continue
             held = claimed.setdefault(waiting.node, {})
             if any(_allocatable(node, r) < held.get(r, 0) + n for r, n in waiting.requests):
+                if waiting.settled is None:
+                    waiting.settled = now
+                elif now - waiting.settled > self.settings.stale_s:
+                    log.warning("pod %s: %s reported its plan %.0f s ago but still has no "
+                                "room for it; planning it again", key, waiting.node,
+                                now - waiting.settled)
+                    del state.waiting[key]
                 continue
             hostname = node_labels(node).get("kubernetes.io/hostname", waiting.node)
             self.writer.release_pod(key, waiting.node, hostname, demand.is_gated(pod))
