@@ -316,8 +316,8 @@ def test_a_pod_placed_on_a_slice_the_cluster_did_not_bear_out_is_planned_again()
     for _ in range(2):
         controller.tick()
         clock.now += 1
-    assert [e[2] for e in recorder.pod_events if e[0] == "ml/p"][0].endswith("node-a GPU 0 "
-                                                                              "for this pod")
+    first = next(e[2] for e in recorder.pod_events if e[0] == "ml/p")
+    assert first.endswith("node-a GPU 0 for this pod")
     # Now the truth arrives: a pod bound on node-a holds that slice.
     cache.put("pod", "ADDED", pod("holder", gated=False, node_name="node-a"))
     cache.put("node", "MODIFIED", node("node-a", {"nvidia.com/mig-1g.10gb": "1"}))
