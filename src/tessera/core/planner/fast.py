@@ -304,12 +304,19 @@ class _Search:
                 found = offers[facts] = tuple(r for r in wanted if info.offers(r))
             self.offers_by_gpu.append(found)
         self.heaps: dict[tuple[int, str], list[tuple[Cost, int, int]]] = {}
+        # GPUs in the same state with the same offerable resources get the same entries.
+        entries: dict[tuple[int, int], list[tuple[str, Cost]]] = {}
         for info in problem.gpus:
-            for resource in self.offers_by_gpu[info.gid]:
-                option = self.states.offer(self.sid[info.gid], resource)
-                if option is not None:
-                    heap = self.heaps.setdefault((self.node_class[info.node], resource), [])
-                    heap.append((option.cost, info.gid, 0))
+            offered = self.offers_by_gpu[info.gid]
+            sid = self.sid[info.gid]
+            known = entries.get((sid, id(offered)))
+            if known is None:
+                known = entries[(sid, id(offered))] = [
+                    (resource, option.cost) for resource in offered
+                    if (option := self.states.offer(sid, resource)) is not None]
+            class_id = self.node_class[info.node]
+            for resource, cost in known:
+                self.heaps.setdefault((class_id, resource), []).append((cost, info.gid, 0))
         for heap in self.heaps.values():
             heapq.heapify(heap)
         self.evaluations: dict[tuple[tuple[str, ...], tuple[int, ...]], _Evaluation | None] = {}

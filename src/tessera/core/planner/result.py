@@ -62,6 +62,9 @@ def _short(resource: str) -> str:
 
 def _targets(problem: Problem, outcome: Outcome) -> list[GpuTarget]:
     targets = []
+    # Fleets repeat transitions (the same layouts on many cards): each distinct one is
+    # checked and diffed once per plan, with the same verdict for every card that makes it.
+    diffs: dict[tuple[str, frozenset[Slice], tuple[Slice, ...]], layout.LayoutDiff | str] = {}
     for info, after in zip(problem.gpus, outcome.gpus, strict=True):
         if info.gpu.mode != "mig" or after.layout == info.current:
             continue
@@ -70,17 +73,23 @@ def _targets(problem: Problem, outcome: Outcome) -> list[GpuTarget]:
             raise PlannerBug(f"{where}: changed although {info.frozen_reason}")
         if not info.in_use <= after.layout:
             raise PlannerBug(f"{where}: in-use slices {sorted(info.in_use - after.layout)} lost")
-        ordered = sorted(after.layout, key=lambda s: (s.start, s.profile))
-        try:
-            diff = layout.diff_layouts(info.model, info.current, ordered)
-        except InvalidInputError as exc:
-            raise PlannerBug(f"{where}: invalid target layout: {exc}") from exc
+        ordered = tuple(sorted(after.layout, key=lambda s: (s.start, s.profile)))
+        key = (info.model.name, info.current, ordered)
+        found = diffs.get(key)
+        if found is None:
+            try:
+                found = diffs[key] = layout.diff_layouts(info.model, info.current, ordered)
+            except InvalidInputError as exc:
+                found = diffs[key] = str(exc)
+        if isinstance(found, str):
+            raise PlannerBug(f"{where}: invalid target layout: {found}")
+        diff = found
         targets.append(
             GpuTarget(
                 node=problem.nodes[info.node].name,
                 index=info.gpu.index,
                 model=info.model.name,
-                slices=tuple(ordered),
+                slices=ordered,
                 destroy=diff.destroy,
                 create=diff.create,
             )
