@@ -187,6 +187,10 @@ class TestArrivalOrderWithBackfill:
         assert {s.gpu for p in result.placements for s in p.slices} == {1}
         assert len(result.placements) == 4  # card 1 has four free 1g placements left
         assert all(t.index == 1 for t in result.gpus)
+        waiting = [u.reason for u in result.unplaced if u.pod != "default/big"]
+        assert len(waiting) == 2
+        assert all("1 GPUs held for default/big, which waits for them (it came first)" in r
+                   for r in waiting), waiting
 
     def test_without_reservations_backfill_takes_everything(self, solver: str) -> None:
         nodes = [{"name": "a", "gpus": [gpu(0, "A100-80GB", "1g.10gb@0*"),

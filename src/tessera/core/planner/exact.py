@@ -27,7 +27,7 @@ It is meant for small clusters (tests, benchmarks, ``tessera plan --solver exact
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tessera.core import layout
@@ -182,7 +182,7 @@ def solve_exact(
     reserved: dict[int, int] = {}
     owners: list[int] = []
     while True:
-        outcome = _solve(problem, reserved, time_limit_s)
+        outcome = replace(_solve(problem, reserved, time_limit_s), reserved=dict(reserved))
         if len(owners) >= reservations:
             return outcome
         after = owners[-1] if owners else -1

@@ -511,8 +511,8 @@ class _Search:
             if found is None:
                 found = outcomes[sid] = self._outcome(sid)
             gpus.append(found)
-        return Outcome(gpus=gpus,
-                       assignments=dict(sorted(self.assignments.items())))
+        return Outcome(gpus=gpus, assignments=dict(sorted(self.assignments.items())),
+                       reserved=dict(self.reserved))
 
     def _assign(self, position: int, node: int, units: Sequence[Unit]) -> None:
         pod = self.problem.pods[position]

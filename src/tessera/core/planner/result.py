@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tessera.core import layout
 from tessera.core.catalogue import MIG_RESOURCE_PREFIX
@@ -54,6 +54,8 @@ class Outcome:
     gpus: Sequence[GpuOutcome]
     assignments: Mapping[int, tuple[int, Sequence[Unit]]]
     """Pod position in :attr:`Problem.pods` -> (node position, the units it gets)."""
+    reserved: Mapping[int, int] = field(default_factory=dict)
+    """GPU id -> position of the waiting pod that reserved it (closed to pods after it)."""
 
 
 def _short(resource: str) -> str:
@@ -143,10 +145,11 @@ def assemble(problem: Problem, outcome: Outcome, solver: str) -> Plan:
         if position in outcome.assignments:
             continue
         # Pods alike in demand, filters and size get the same reason; work it out once.
-        key = (info.demand, info.classes, info.pod.cpu_milli, info.pod.memory_mib)
+        holders = tuple(sorted({o for o in outcome.reserved.values() if o < position}))
+        key = (info.demand, info.classes, info.pod.cpu_milli, info.pod.memory_mib, holders)
         if key not in reasons:
             reasons[key] = explain(problem=problem, pod=info, outcome=outcome, cpu=cpu,
-                                   memory=memory, memo=why)
+                                   memory=memory, memo=why, position=position)
         unplaced.append(Unplaced(info.pod.key, reasons[key]))
     return Plan(
         gpus=tuple(sorted(targets, key=lambda t: (t.node, t.index))),
@@ -217,6 +220,7 @@ def _survey(
     fitting: Sequence[int],
     pod: PodInfo,
     memo: dict[tuple[object, ...], object],
+    position: int = -1,
 ) -> _Survey:
     """Over the nodes a pod could use: why GPUs have no ``resource`` left, spare GPUs per node.
 
@@ -224,7 +228,8 @@ def _survey(
     that resource and those filters shares: an oversubscribed cluster has thousands of
     unplaced pods but few such keys, and each survey walks every GPU.
     """
-    key = ("survey", resource, pod.classes, pod.pod.cpu_milli, pod.pod.memory_mib)
+    holders = tuple(sorted({o for o in outcome.reserved.values() if o < position}))
+    key = ("survey", resource, pod.classes, pod.pod.cpu_milli, pod.pod.memory_mib, holders)
     found = memo.get(key)
     if found is None:
         blocked: Counter[str] = Counter()
@@ -233,6 +238,11 @@ def _survey(
             for g in problem.node_gpus[n]:
                 info = problem.gpus[g]
                 if not _could_offer(info, resource):
+                    continue
+                owner = outcome.reserved.get(g)
+                if owner is not None and owner < position:
+                    blocked[f"GPUs held for {problem.pods[owner].pod.key}, which waits for "
+                            "them (it came first)"] += 1
                     continue
                 why = _why_not(info, outcome.gpus[g], resource, memo)
                 if why is None:
@@ -251,6 +261,7 @@ def explain(
     cpu: Sequence[int | None],
     memory: Sequence[int | None],
     memo: dict[tuple[object, ...], object],
+    position: int = -1,
 ) -> str:
     """One sentence on why ``pod`` got no place, naming the blocking facts and how many GPUs."""
     if not pod.demand:
@@ -278,7 +289,7 @@ def explain(
     wants = ", ".join(f"{count} x {_short(r)}" for r, count in pod.demand)
     for resource, count in pod.demand:
         blocked, spare_by_node = _survey(problem, outcome, resource=resource, fitting=fitting,
-                                         pod=pod, memo=memo)
+                                         pod=pod, memo=memo, position=position)
         if spare_by_node and count <= max(spare_by_node.values()) and len(pod.demand) == 1:
             break
         if not spare_by_node or count > max(spare_by_node.values()):
