@@ -51,8 +51,8 @@ def test_init_takes_the_model_names_nvml_reports(tmp_path: Path) -> None:
 
 
 def test_init_names_a_bad_gpu_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["dev", "sim", "init", str(tmp_path / "x.json"), "--gpus", "2xB300"]) == 2
-    assert "--gpus: unknown GPU model 'B300'" in capsys.readouterr().err
+    assert main(["dev", "sim", "init", str(tmp_path / "x.json"), "--gpus", "2xV100"]) == 2
+    assert "--gpus: unknown GPU model 'V100'" in capsys.readouterr().err
 
 
 def test_show_prints_what_nvidia_smi_l_prints(

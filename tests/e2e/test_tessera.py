@@ -340,7 +340,7 @@ def test_status_reads_as_an_admin_expects(system: System) -> None:
 def test_a_static_policy_from_mig_parted_is_applied_and_kept(system: System) -> None:
     policy = policy_from_mig_parted({"version": "v1", "mig-configs": {"all-3g.40gb": [
         {"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]}},
-        None, name="static-3g", node_selector={"tessera.dev/pool": "static"})
+        None, name="static-3g", node_selector={"tessera.dev/pool": "static"}).policy
     system.custom.create_cluster_custom_object(GROUP, VERSION, "partitionpolicies",
                                                policy.to_wire())
     node = system.add_gpu_node("a100-static", {"tessera.dev/pool": "static"},

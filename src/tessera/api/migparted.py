@@ -11,6 +11,7 @@ at import, naming the config, the entry and the profile.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from tessera.api.v1alpha1 import (
@@ -23,7 +24,7 @@ from tessera.api.v1alpha1 import (
 from tessera.core import catalogue, layout
 from tessera.core.errors import InvalidInputError
 
-__all__ = ["policy_from_mig_parted"]
+__all__ = ["Imported", "policy_from_mig_parted"]
 
 _ENTRY_FIELDS = {"devices", "device-filter", "mig-enabled", "mig-devices"}
 
@@ -42,7 +43,22 @@ def _pci_ids(value: Any, where: str) -> list[str]:
     return ids
 
 
-def _entry(raw: Any, where: str) -> StaticDeviceConfig:
+def _known_filters(filters: list[str], where: str, strict: bool) -> tuple[list[str], list[str]]:
+    """Split a device filter into the ids the catalogue knows and those it lacks; ``strict``
+    refuses the lacking ones, as mig-parted itself would on such a card."""
+    known = [f for f in filters if catalogue.find_model("", int(f, 16)) is not None]
+    lacking = [f for f in filters if f not in known]
+    if lacking and strict:
+        raise InvalidInputError(
+            f"{where}.device-filter", f"{', '.join(lacking)}: no MIG-capable GPU in the "
+            "catalogue has this PCI device id (tessera catalogue lists them); without "
+            "--strict the entries for known cards are imported and these are skipped")
+    return known, lacking
+
+
+def _entry(raw: Any, where: str, strict: bool) -> tuple[StaticDeviceConfig | None, list[str]]:
+    """One device entry and the device ids it skips; None when it names only unknown cards
+    (keeping it without its filter would widen it to every card)."""
     if not isinstance(raw, Mapping):
         raise InvalidInputError(where, "expected a mapping with devices and mig-enabled")
     unknown = sorted(set(raw) - _ENTRY_FIELDS)
@@ -65,9 +81,15 @@ def _entry(raw: Any, where: str) -> StaticDeviceConfig:
         raise InvalidInputError(f"{where}.mig-devices", "expected {profile: count}")
     if counts and not enabled:
         raise InvalidInputError(f"{where}.mig-devices", "mig-devices needs mig-enabled: true")
-    filters = _pci_ids(raw["device-filter"], f"{where}.device-filter") if (
-        "device-filter" in raw) else []
-    known = {p.name for m in catalogue.models() for p in m.profiles}
+    lacking: list[str] = []
+    filters: list[str] = []
+    if "device-filter" in raw:
+        named = _pci_ids(raw["device-filter"], f"{where}.device-filter")
+        filters, lacking = _known_filters(named, where, strict)
+        if not filters:
+            return None, lacking
+    known = {name for m in catalogue.models() for p in m.profiles
+             for name in (p.name, *p.aliases)}
     for name in counts:
         if name not in known:
             raise InvalidInputError(f"{where}.mig-devices.{name}", "no supported GPU has "
@@ -76,12 +98,26 @@ def _entry(raw: Any, where: str) -> StaticDeviceConfig:
     for model in sorted(models, key=lambda m: m.name):
         layout.layout_for_counts(model, counts, field=f"{where}.mig-devices")
     return StaticDeviceConfig(devices=indices, device_filter=filters, mig_enabled=enabled,
-                              mig_devices=dict(counts))
+                              mig_devices=dict(counts)), lacking
+
+
+@dataclass(frozen=True)
+class Imported:
+    """A config imported as a policy, and the device ids whose entries it left out."""
+
+    policy: PartitionPolicy
+    skipped_device_ids: tuple[str, ...]
+    """PCI ids (``0xDEVVEND``) the catalogue lacks, in the order the file names them."""
 
 
 def policy_from_mig_parted(document: Any, config: str | None, name: str | None = None,
-                           node_selector: Mapping[str, str] | None = None) -> PartitionPolicy:
-    """The static PartitionPolicy for one named config of a mig-parted file."""
+                           node_selector: Mapping[str, str] | None = None,
+                           strict: bool = False) -> Imported:
+    """The static PartitionPolicy for one named config of a mig-parted file.
+
+    Entries for cards the catalogue lacks are skipped and reported (``strict`` refuses them):
+    NVIDIA's default file holds every card it knows in one config, and one unknown card must
+    not keep an admin's A100s from importing. A config left with no entry is refused."""
     if not isinstance(document, Mapping):
         raise InvalidInputError("(file)", "expected a mig-parted config: version and "
                                 "mig-configs")
@@ -104,12 +140,23 @@ def policy_from_mig_parted(document: Any, config: str | None, name: str | None =
     entries = configs[config]
     if not isinstance(entries, list) or not entries:
         raise InvalidInputError(f"mig-configs.{config}", "expected a list of device entries")
-    static = [_entry(e, f"mig-configs.{config}[{i}]") for i, e in enumerate(entries)]
+    static: list[StaticDeviceConfig] = []
+    skipped: list[str] = []
+    for index, raw in enumerate(entries):
+        entry, lacking = _entry(raw, f"mig-configs.{config}[{index}]", strict)
+        skipped += [pci for pci in lacking if pci not in skipped]
+        if entry is not None:
+            static.append(entry)
+    if not static:
+        raise InvalidInputError(
+            f"mig-configs.{config}", f"every entry is for a card the catalogue lacks "
+            f"({', '.join(skipped)}); nothing to import")
     policy_name = name or config.replace(".", "-").replace("_", "-").lower()
-    return PartitionPolicy(
+    policy = PartitionPolicy(
         metadata=ObjectMeta(name=policy_name, annotations={
             "tessera.dev/imported-from": f"mig-parted config {config}"}),
         spec=PartitionPolicySpec(
             node_selector=LabelSelector(match_labels=dict(node_selector or {})),
             mode="static", static=static),
     )
+    return Imported(policy, tuple(skipped))

@@ -17,7 +17,10 @@ def register(commands: Any) -> None:
         "names. Rows marked '*' hold values not yet verified on a real card.",
     )
     parser.add_argument("model", nargs="?", help="a model or product name (default: all)")
-    parser.add_argument("--json", action="store_true", help="print JSON (shape: see README)")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print JSON (shape: see README)")
+    output.add_argument("--markdown", action="store_true",
+                        help="print the README's supported-models table")
     parser.set_defaults(run=run)
 
 
@@ -25,6 +28,9 @@ def run(args: argparse.Namespace) -> int:
     chosen = [catalogue.model(args.model)] if args.model else list(catalogue.models())
     if args.json:
         print(json.dumps(catalogue.describe(chosen), indent=2))
+        return 0
+    if args.markdown:
+        print(render_markdown(chosen), end="")
         return 0
     for index, model in enumerate(chosen):
         if index:
@@ -68,3 +74,42 @@ def render_model(model: catalogue.GpuModel) -> str:
         fields = sorted({f for p in unverified for f in p.unverified})
         lines.append(f"  * not verified on a real card: {', '.join(fields)}")
     return "\n".join(lines)
+
+
+def _memory(mib: int) -> str:
+    return f"{mib} MiB"
+
+
+def render_markdown(models: list[catalogue.GpuModel]) -> str:
+    """The README's supported-models table and the values still unverified, per model.
+
+    The README embeds this output between markers and a test compares the two, so the table
+    cannot drift from the catalogue it describes."""
+    lines = [
+        "| model | NVML product names | PCI device ids | arch | memory | MIG profiles |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model in models:
+        ids = ", ".join(f"0x{pci >> 16:04X}" for pci in model.pci_device_ids)
+        names = ", ".join(model.product_names)
+        profiles = ", ".join(f"`{p.name}`" for p in model.profiles)
+        lines.append(f"| {model.name} | {names} | {ids} | {model.architecture} | "
+                     f"{_memory(model.total_memory_mib)} | {profiles} |")
+    lines += ["", "Values not yet read off a real card (`*` in `tessera catalogue`):", ""]
+    for model in models:
+        if model.verified:
+            lines.append(f"- **{model.name}**: none.")
+            continue
+        parts = []
+        if model.unverified:
+            parts.append(f"for every profile: {', '.join(sorted(model.unverified))}")
+        by_fields: dict[tuple[str, ...], list[str]] = {}
+        for profile in model.profiles:
+            own = tuple(sorted(profile.unverified - model.unverified))
+            if own:
+                by_fields.setdefault(own, []).append(profile.name)
+        for fields, names in by_fields.items():
+            which = "every profile" if len(names) == len(model.profiles) else ", ".join(names)
+            parts.append(f"{', '.join(fields)} of {which}")
+        lines.append(f"- **{model.name}**: {'; '.join(parts)}.")
+    return "\n".join(lines) + "\n"

@@ -32,6 +32,7 @@ class _P(NamedTuple):
     engines: tuple[int, int, int, int, int]
     starts: tuple[int, ...]
     unverified: tuple[str, ...]
+    aliases: tuple[str, ...] = ()
 
 
 class _Model(NamedTuple):
@@ -74,8 +75,8 @@ MODELS: tuple[_Model, ...] = (
     ),
     _Model(
         name="A100-SXM4-40GB",
-        product_names=('NVIDIA A100-SXM4-40GB', 'NVIDIA A100-PCIE-40GB'),
-        pci_device_ids=(0x20B010DE, 0x20F110DE, 0x20B110DE, 0x20F610DE,),  # 0x20B010DE: SXM4; 0x20F110DE: PCIe; 0x20B110DE: -; 0x20F610DE: A800-40GB
+        product_names=('NVIDIA A100-SXM4-40GB', 'NVIDIA A100-PCIE-40GB', 'NVIDIA A800 40GB Active', 'NVIDIA A800-SXM4-40GB'),
+        pci_device_ids=(0x20B010DE, 0x20F110DE, 0x20B110DE, 0x20F610DE, 0x20BD10DE,),  # 0x20B010DE: SXM4; 0x20F110DE: PCIe; 0x20B110DE: -; 0x20F610DE: A800 40GB Active; 0x20BD10DE: A800-SXM4-40GB (driver README; not in NVIDIA's mig-parted filters)
         architecture="ampere",
         total_memory_mib=40960,
         memory_slices=8,
@@ -98,7 +99,7 @@ MODELS: tuple[_Model, ...] = (
     ),
     _Model(
         name="A100-80GB",
-        product_names=('NVIDIA A100-SXM4-80GB', 'NVIDIA A100 80GB PCIe'),
+        product_names=('NVIDIA A100-SXM4-80GB', 'NVIDIA A100 80GB PCIe', 'NVIDIA A800-SXM4-80GB', 'NVIDIA A800 80GB PCIe'),
         pci_device_ids=(0x20B210DE, 0x20B510DE, 0x20F310DE, 0x20F510DE,),  # 0x20B210DE: SXM4; 0x20B510DE: PCIe; 0x20F310DE: A800-SXM4-80GB; 0x20F510DE: A800 80GB PCIe
         architecture="ampere",
         total_memory_mib=81920,
@@ -122,7 +123,7 @@ MODELS: tuple[_Model, ...] = (
     ),
     _Model(
         name="H100-80GB",
-        product_names=('NVIDIA H100 80GB HBM3', 'NVIDIA H100 PCIe'),
+        product_names=('NVIDIA H100 80GB HBM3', 'NVIDIA H100 PCIe', 'NVIDIA H800 PCIe', 'NVIDIA H800'),
         pci_device_ids=(0x233010DE, 0x233110DE, 0x232210DE, 0x232410DE,),  # 0x233010DE: SXM5; 0x233110DE: PCIe; 0x232210DE: H800 PCIe; 0x232410DE: H800
         architecture="hopper",
         total_memory_mib=81559,
@@ -146,7 +147,7 @@ MODELS: tuple[_Model, ...] = (
     ),
     _Model(
         name="H100-NVL-94GB",
-        product_names=('NVIDIA H100 NVL',),
+        product_names=('NVIDIA H100 NVL', 'NVIDIA H800 NVL'),
         pci_device_ids=(0x232110DE, 0x233A10DE,),  # 0x232110DE: -; 0x233A10DE: H800 NVL
         architecture="hopper",
         total_memory_mib=95830,
@@ -238,6 +239,202 @@ MODELS: tuple[_Model, ...] = (
             _P("3g.72gb", "3_SLICE", 9, 3, 4, 72736, 2, 60, (3, 3, 0, 3, 0), (0, 4), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
             _P("4g.72gb", "4_SLICE", 5, 4, 4, 72736, 1, 64, (4, 4, 0, 4, 0), (0,), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
             _P("7g.144gb", "7_SLICE", 0, 7, 8, 146080, 1, 132, (8, 7, 0, 7, 1), (0,), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+        ),
+    ),
+    _Model(
+        name="H100-96GB",
+        product_names=('NVIDIA H100 96GB HBM3',),
+        pci_device_ids=(0x233D10DE,),  # 0x233D10DE: H100 96GB (pci.ids; grouped with GH200 in NVIDIA's mig-parted filters)
+        architecture="hopper",
+        total_memory_mib=97871,
+        memory_slices=8,
+        compute_slices=7,
+        max_gpu_instances=7,
+        min_driver=None,
+        source="MIG user guide table 'H100 96GB product (H100 on GH200)': the GH200-96GB geometry; memory/SMs/engines from the GH200 -lgip; product name not published (PCI id from pci.ids and the GPU Operator's filter)",
+        unverified=('placements', 'product_names'),
+        profiles=(
+            # name, NVML constant, profile id, compute slices, memory slices, MiB, max count, SMs,
+            # engines (CE, DEC, ENC, JPEG, OFA), placement starts, unverified fields
+            _P("1g.12gb", "1_SLICE", 19, 1, 1, 11264, 7, 16, (1, 1, 0, 1, 0), (0, 1, 2, 3, 4, 5, 6), ()),
+            _P("1g.12gb+me", "1_SLICE_REV1", 20, 1, 1, 11264, 1, 16, (1, 1, 0, 1, 1), (0, 1, 2, 3, 4, 5, 6), ()),
+            _P("1g.24gb", "1_SLICE_REV2", 15, 1, 2, 23552, 4, 26, (1, 1, 0, 1, 0), (0, 2, 4, 6), ()),
+            _P("2g.24gb", "2_SLICE", 14, 2, 2, 23552, 3, 32, (2, 2, 0, 2, 0), (0, 2, 4), ()),
+            _P("3g.48gb", "3_SLICE", 9, 3, 4, 47616, 2, 60, (3, 3, 0, 3, 0), (0, 4), ()),
+            _P("4g.48gb", "4_SLICE", 5, 4, 4, 47616, 1, 64, (4, 4, 0, 4, 0), (0,), ()),
+            _P("7g.96gb", "7_SLICE", 0, 7, 8, 95232, 1, 132, (8, 7, 0, 7, 1), (0,), ()),
+        ),
+    ),
+    _Model(
+        name="PG506-96GB",
+        product_names=('NVIDIA PG506-232',),
+        pci_device_ids=(0x20B610DE,),  # 0x20B610DE: GA100 PG506-232 (NVIDIA mig-parted 65c4086c 'PG506-96GB')
+        architecture="ampere",
+        total_memory_mib=98304,
+        memory_slices=8,
+        compute_slices=7,
+        max_gpu_instances=7,
+        min_driver=None,
+        source="an A100 (GA100) board with 96 GB: profile names and counts from NVIDIA mig-parted's default config (2021); SMs, engines, ids and placements as on the A100-80GB; memory scaled from the A100-80GB by the names' 96 GiB total",
+        unverified=('placements', 'total_memory_mib'),
+        profiles=(
+            # name, NVML constant, profile id, compute slices, memory slices, MiB, max count, SMs,
+            # engines (CE, DEC, ENC, JPEG, OFA), placement starts, unverified fields
+            _P("1g.12gb", "1_SLICE", 19, 1, 1, 11648, 7, 14, (1, 0, 0, 0, 0), (0, 1, 2, 3, 4, 5, 6), ('memory_mib', 'profile_id')),
+            _P("1g.12gb+me", "1_SLICE_REV1", 20, 1, 1, 11648, 1, 14, (1, 1, 0, 1, 1), (0, 1, 2, 3, 4, 5, 6), ('memory_mib', 'profile_id')),
+            _P("1g.24gb", "1_SLICE_REV2", 15, 1, 2, 23936, 4, 14, (1, 1, 0, 0, 0), (0, 2, 4, 6), ('memory_mib', 'profile_id')),
+            _P("2g.24gb", "2_SLICE", 14, 2, 2, 23936, 3, 28, (2, 1, 0, 0, 0), (0, 2, 4), ('memory_mib', 'profile_id')),
+            _P("3g.48gb", "3_SLICE", 9, 3, 4, 48192, 2, 42, (3, 2, 0, 0, 0), (0, 4), ('memory_mib', 'profile_id')),
+            _P("4g.48gb", "4_SLICE", 5, 4, 4, 48192, 1, 56, (4, 2, 0, 0, 0), (0,), ('memory_mib', 'profile_id')),
+            _P("7g.96gb", "7_SLICE", 0, 7, 8, 97024, 1, 98, (7, 5, 0, 1, 1), (0,), ('memory_mib', 'profile_id')),
+        ),
+    ),
+    _Model(
+        name="H20-96GB",
+        product_names=('NVIDIA H20',),
+        pci_device_ids=(0x232910DE,),  # 0x232910DE: H20 (driver README)
+        architecture="hopper",
+        total_memory_mib=97871,
+        memory_slices=8,
+        compute_slices=7,
+        max_gpu_instances=7,
+        min_driver=None,
+        source="names and counts: NVIDIA vGPU 'H20 SXM5 96GB' MIG table and the GPU Operator's config; 1g.12gb (id 19, 11.75 GiB, 8 SMs, 1 NVDEC) from a driver 535.247.01 -lgip transcript; the rest inferred: Hopper ids and placements, memory as 2x/4x/8x the 1g, SMs 8 per compute slice and 78 for the whole card, Hopper engines; total memory from a test capture",
+        unverified=('placements', 'total_memory_mib'),
+        profiles=(
+            # name, NVML constant, profile id, compute slices, memory slices, MiB, max count, SMs,
+            # engines (CE, DEC, ENC, JPEG, OFA), placement starts, unverified fields
+            _P("1g.12gb", "1_SLICE", 19, 1, 1, 12032, 7, 8, (1, 1, 0, 1, 0), (0, 1, 2, 3, 4, 5, 6), ('engines',)),
+            _P("1g.12gb+me", "1_SLICE_REV1", 20, 1, 1, 12032, 1, 8, (1, 1, 0, 1, 1), (0, 1, 2, 3, 4, 5, 6), ('engines',)),
+            _P("1g.24gb", "1_SLICE_REV2", 15, 1, 2, 24064, 4, 8, (1, 1, 0, 1, 0), (0, 2, 4, 6), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+            _P("2g.24gb", "2_SLICE", 14, 2, 2, 24064, 3, 16, (2, 2, 0, 2, 0), (0, 2, 4), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+            _P("3g.48gb", "3_SLICE", 9, 3, 4, 48128, 2, 24, (3, 3, 0, 3, 0), (0, 4), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+            _P("4g.48gb", "4_SLICE", 5, 4, 4, 48128, 1, 32, (4, 4, 0, 4, 0), (0,), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+            _P("7g.96gb", "7_SLICE", 0, 7, 8, 96256, 1, 78, (8, 7, 0, 7, 1), (0,), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+        ),
+    ),
+    _Model(
+        name="B200-180GB",
+        product_names=('NVIDIA B200',),
+        pci_device_ids=(0x290110DE,),  # 0x290110DE: B200 (driver README)
+        architecture="blackwell",
+        total_memory_mib=183359,
+        memory_slices=8,
+        compute_slices=7,
+        max_gpu_instances=7,
+        min_driver='R570 (>=570.133.20)',
+        source="MIG user guide 'B200 MIG Profiles' table (counts, CE); -lgip rows 1g..2g from NVIDIA's GPU Operator PRs #1242/#1351 (driver of 2025-03: 1g = 20.50 GiB, 22.00 before); 3g/4g/7g memory and SMs from a third-party -lgip; total memory from a real nvidia-smi -q capture (driver 580.105.08); ids 9/5/0 and placements as on every Hopper card; media engines of 3g/4g/7g by the Hopper rule (one NVDEC and JPEG per compute slice)",
+        unverified=('placements',),
+        profiles=(
+            # name, NVML constant, profile id, compute slices, memory slices, MiB, max count, SMs,
+            # engines (CE, DEC, ENC, JPEG, OFA), placement starts, unverified fields
+            _P("1g.23gb", "1_SLICE", 19, 1, 1, 20992, 7, 18, (2, 1, 0, 1, 0), (0, 1, 2, 3, 4, 5, 6), ()),
+            _P("1g.23gb+me", "1_SLICE_REV1", 20, 1, 1, 20992, 1, 18, (2, 1, 0, 1, 1), (0, 1, 2, 3, 4, 5, 6), ()),
+            _P("1g.45gb", "1_SLICE_REV2", 15, 1, 2, 45312, 4, 30, (2, 1, 0, 1, 0), (0, 2, 4, 6), ()),
+            _P("2g.45gb", "2_SLICE", 14, 2, 2, 45312, 3, 36, (4, 2, 0, 2, 0), (0, 2, 4), ()),
+            _P("3g.90gb", "3_SLICE", 9, 3, 4, 91136, 2, 70, (6, 3, 0, 3, 0), (0, 4), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+            _P("4g.90gb", "4_SLICE", 5, 4, 4, 91136, 1, 72, (8, 4, 0, 4, 0), (0,), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+            _P("7g.180gb", "7_SLICE", 0, 7, 8, 182784, 1, 148, (16, 7, 0, 7, 1), (0,), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+        ),
+    ),
+    _Model(
+        name="GB200-186GB",
+        product_names=('NVIDIA GB200',),
+        pci_device_ids=(0x294110DE,),  # 0x294110DE: GB200 (driver README)
+        architecture="blackwell",
+        total_memory_mib=189471,
+        memory_slices=8,
+        compute_slices=7,
+        max_gpu_instances=7,
+        min_driver=None,
+        source="-lgip rows 1g..2g from NVIDIA mig-parted issue #227 (2025-08); counts from the GPU Operator's config; total memory from a real nvidia-smi -q capture (driver 580.173.02); 3g/4g/7g memory as on the B200 (2x and 4x the 2g plus the same reserve), SMs and engines as the B200 (same GB100 die), ids and placements as on Hopper. Aliases: an earlier driver reported 189 GiB in total, which names the same profiles 1g.24gb, 3g.95gb, 4g.95gb and 7g.189gb (NVIDIA's config still holds those)",
+        unverified=('placements',),
+        profiles=(
+            # name, NVML constant, profile id, compute slices, memory slices, MiB, max count, SMs,
+            # engines (CE, DEC, ENC, JPEG, OFA), placement starts, unverified fields
+            _P("1g.23gb", "1_SLICE", 19, 1, 1, 22528, 7, 18, (2, 1, 0, 1, 0), (0, 1, 2, 3, 4, 5, 6), (), ('1g.24gb',)),
+            _P("1g.23gb+me", "1_SLICE_REV1", 20, 1, 1, 22528, 1, 18, (2, 1, 0, 1, 1), (0, 1, 2, 3, 4, 5, 6), (), ('1g.24gb+me',)),
+            _P("1g.47gb", "1_SLICE_REV2", 15, 1, 2, 46592, 4, 32, (2, 1, 0, 1, 0), (0, 2, 4, 6), ()),
+            _P("2g.47gb", "2_SLICE", 14, 2, 2, 46592, 3, 38, (4, 2, 0, 2, 0), (0, 2, 4), ()),
+            _P("3g.93gb", "3_SLICE", 9, 3, 4, 93696, 2, 70, (6, 3, 0, 3, 0), (0, 4), ('memory_mib', 'sm_count', 'profile_id', 'engines'), ('3g.95gb',)),
+            _P("4g.93gb", "4_SLICE", 5, 4, 4, 93696, 1, 72, (8, 4, 0, 4, 0), (0,), ('memory_mib', 'sm_count', 'profile_id', 'engines'), ('4g.95gb',)),
+            _P("7g.186gb", "7_SLICE", 0, 7, 8, 187904, 1, 148, (16, 7, 0, 7, 1), (0,), ('memory_mib', 'sm_count', 'profile_id', 'engines'), ('7g.189gb',)),
+        ),
+    ),
+    _Model(
+        name="B300-269GB",
+        product_names=('NVIDIA B300 SXM6 AC',),
+        pci_device_ids=(0x318210DE,),  # 0x318210DE: B300 SXM6 AC (driver README)
+        architecture="blackwell",
+        total_memory_mib=275200,
+        memory_slices=8,
+        compute_slices=7,
+        max_gpu_instances=7,
+        min_driver=None,
+        source="profile names and counts from the GPU Operator's config (2025-10); everything else inferred: total memory inside the 269 GiB the names imply, memory per profile at the B200's ratios, SMs and engines as the B200, ids and placements as on Hopper",
+        unverified=('placements', 'total_memory_mib'),
+        profiles=(
+            # name, NVML constant, profile id, compute slices, memory slices, MiB, max count, SMs,
+            # engines (CE, DEC, ENC, JPEG, OFA), placement starts, unverified fields
+            _P("1g.34gb", "1_SLICE", 19, 1, 1, 31488, 7, 18, (2, 1, 0, 1, 0), (0, 1, 2, 3, 4, 5, 6), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+            _P("1g.34gb+me", "1_SLICE_REV1", 20, 1, 1, 31488, 1, 18, (2, 1, 0, 1, 1), (0, 1, 2, 3, 4, 5, 6), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+            _P("1g.67gb", "1_SLICE_REV2", 15, 1, 2, 67968, 4, 30, (2, 1, 0, 1, 0), (0, 2, 4, 6), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+            _P("2g.67gb", "2_SLICE", 14, 2, 2, 67968, 3, 36, (4, 2, 0, 2, 0), (0, 2, 4), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+            _P("3g.135gb", "3_SLICE", 9, 3, 4, 136768, 2, 70, (6, 3, 0, 3, 0), (0, 4), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+            _P("4g.135gb", "4_SLICE", 5, 4, 4, 136768, 1, 72, (8, 4, 0, 4, 0), (0,), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+            _P("7g.269gb", "7_SLICE", 0, 7, 8, 274304, 1, 148, (16, 7, 0, 7, 1), (0,), ('memory_mib', 'sm_count', 'profile_id', 'engines')),
+        ),
+    ),
+    _Model(
+        name="GB300-278GB",
+        product_names=('NVIDIA GB300',),
+        pci_device_ids=(0x31C210DE,),  # 0x31C210DE: GB300 (driver README)
+        architecture="blackwell",
+        total_memory_mib=284208,
+        memory_slices=8,
+        compute_slices=7,
+        max_gpu_instances=7,
+        min_driver=None,
+        source="names, counts and profile ids from NVIDIA's 'MIG on DGX Station' playbook and the GPU Operator's config; total memory from a real nvidia-smi -q capture (driver 580.173.02); memory per profile at the B200's ratios, SMs and engines as the B200, placements as on Hopper (all inferred)",
+        unverified=('placements',),
+        profiles=(
+            # name, NVML constant, profile id, compute slices, memory slices, MiB, max count, SMs,
+            # engines (CE, DEC, ENC, JPEG, OFA), placement starts, unverified fields
+            _P("1g.35gb", "1_SLICE", 19, 1, 1, 32512, 7, 18, (2, 1, 0, 1, 0), (0, 1, 2, 3, 4, 5, 6), ('memory_mib', 'sm_count', 'engines')),
+            _P("1g.35gb+me", "1_SLICE_REV1", 20, 1, 1, 32512, 1, 18, (2, 1, 0, 1, 1), (0, 1, 2, 3, 4, 5, 6), ('memory_mib', 'sm_count', 'engines')),
+            _P("1g.70gb", "1_SLICE_REV2", 15, 1, 2, 70208, 4, 30, (2, 1, 0, 1, 0), (0, 2, 4, 6), ('memory_mib', 'sm_count', 'engines')),
+            _P("2g.70gb", "2_SLICE", 14, 2, 2, 70208, 3, 36, (4, 2, 0, 2, 0), (0, 2, 4), ('memory_mib', 'sm_count', 'engines')),
+            _P("3g.139gb", "3_SLICE", 9, 3, 4, 141248, 2, 70, (6, 3, 0, 3, 0), (0, 4), ('memory_mib', 'sm_count', 'engines')),
+            _P("4g.139gb", "4_SLICE", 5, 4, 4, 141248, 1, 72, (8, 4, 0, 4, 0), (0,), ('memory_mib', 'sm_count', 'engines')),
+            _P("7g.278gb", "7_SLICE", 0, 7, 8, 283264, 1, 148, (16, 7, 0, 7, 1), (0,), ('memory_mib', 'sm_count', 'engines')),
+        ),
+    ),
+    _Model(
+        name="RTX-PRO-6000-96GB",
+        product_names=('NVIDIA RTX PRO 6000 Blackwell Server Edition', 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition', 'NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition'),
+        pci_device_ids=(0x2BB510DE, 0x2BB110DE, 0x2BB410DE,),  # 0x2BB510DE: Server Edition; 0x2BB110DE: Workstation Edition; 0x2BB410DE: Max-Q Workstation Edition (lspci)
+        architecture="blackwell",
+        total_memory_mib=97887,
+        memory_slices=12,
+        compute_slices=4,
+        max_gpu_instances=4,
+        min_driver='R575 (>=575.51.03)',
+        source="MIG user guide 'RTX PRO 6000' table (one table for all three editions: counts, engines, +gfx/+me.all/-me); real -lgip on Server (driver 610.43.02), Max-Q (580.105.08) and two more hosts agree on ids, SMs and engines; real -lgipp (610.43.02): placements on a 12-unit grid, 1g = 3 units; 4g memory 97408 MiB on 610 (97280 on 580); GI ids 3..6 for the four 1g, 1 for the 2g at 0 (observed)",
+        unverified=(),
+        profiles=(
+            # name, NVML constant, profile id, compute slices, memory slices, MiB, max count, SMs,
+            # engines (CE, DEC, ENC, JPEG, OFA), placement starts, unverified fields
+            _P("1g.24gb", "1_SLICE", 14, 1, 3, 24192, 4, 46, (1, 1, 1, 1, 0), (0, 3, 6, 9), ()),
+            _P("1g.24gb+me", "1_SLICE_REV1", 21, 1, 3, 24192, 1, 46, (1, 1, 1, 1, 1), (0, 3, 6, 9), ()),
+            _P("1g.24gb+gfx", "1_SLICE_GFX", 47, 1, 3, 24192, 4, 46, (1, 1, 1, 1, 0), (0, 3, 6, 9), ()),
+            _P("1g.24gb+me.all", "1_SLICE_ALL_ME", 65, 1, 3, 24192, 1, 46, (1, 4, 4, 4, 1), (0, 3, 6, 9), ()),
+            _P("1g.24gb-me", "1_SLICE_NO_ME", 67, 1, 3, 24192, 4, 46, (1, 0, 0, 0, 0), (0, 3, 6, 9), ()),
+            _P("2g.48gb", "2_SLICE", 5, 2, 6, 48512, 2, 94, (2, 2, 2, 2, 0), (0, 6), ()),
+            _P("2g.48gb+gfx", "2_SLICE_GFX", 35, 2, 6, 48512, 2, 94, (2, 2, 2, 2, 0), (0, 6), ()),
+            _P("2g.48gb+me.all", "2_SLICE_ALL_ME", 64, 2, 6, 48512, 1, 94, (2, 4, 4, 4, 1), (0, 6), ()),
+            _P("2g.48gb-me", "2_SLICE_NO_ME", 66, 2, 6, 48512, 2, 94, (2, 0, 0, 0, 0), (0, 6), ()),
+            _P("4g.96gb", "4_SLICE", 0, 4, 12, 97408, 1, 188, (4, 4, 4, 4, 1), (0,), ()),
+            _P("4g.96gb+gfx", "4_SLICE_GFX", 32, 4, 12, 97408, 1, 188, (4, 4, 4, 4, 1), (0,), ()),
         ),
     ),
 )

@@ -37,6 +37,7 @@ __all__ = [
     "model",
     "models",
     "profile_name_from_resource",
+    "variant_of",
 ]
 
 RESOURCE_DOMAIN = "nvidia.com"
@@ -82,6 +83,26 @@ COMPUTE_INSTANCE_PROFILE_CONSTANTS: Mapping[str, int] = {
 """``NVML_COMPUTE_INSTANCE_PROFILE_<key>`` values; a compute instance's ``info.id`` is one."""
 
 _CI_SLICES: Mapping[int, int] = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6, 7: 1, 8: 7}
+
+
+_VARIANTS: Mapping[str, str] = {
+    "_REV1": "+me",
+    "_ALL_ME": "+me.all",
+    "_NO_ME": "-me",
+    "_GFX": "+gfx",
+}
+"""Name suffix of each NVML profile family, as NVIDIA's go-nvlib spells it (``REV2`` has none:
+it is the 1-compute-slice profile with two memory slices, named by its memory alone)."""
+
+
+def variant_of(constant_name: str) -> str:
+    """The profile-name suffix an ``NVML_GPU_INSTANCE_PROFILE_*`` constant carries: ``+me``
+    (media extensions: a 1g with the card's OFA/JPEG), ``+me.all`` (every media engine),
+    ``-me`` (no media engine) or ``+gfx`` (graphics capable, RTX PRO); "" for a plain one."""
+    for ending, suffix in _VARIANTS.items():
+        if constant_name.endswith(ending):
+            return suffix
+    return ""
 
 
 def compute_instance_slices(ci_profile: int) -> int:
@@ -168,10 +189,25 @@ class MigProfile:
     placements: tuple[Placement, ...]
     unverified: frozenset[str] = field(default_factory=frozenset)
     """Fields whose value was estimated, not read off a real card (model-wide ones included)."""
+    aliases: tuple[str, ...] = ()
+    """Other names the same profile had under an earlier driver that reported another total
+    memory (names follow from memory, see :func:`expected_profile_name`); configs written
+    then, such as NVIDIA's default mig-parted file, still use them."""
 
     @property
     def verified(self) -> bool:
         return not self.unverified
+
+    @property
+    def variant(self) -> str:
+        """``+me``, ``+me.all``, ``-me``, ``+gfx`` or "" (see :func:`variant_of`)."""
+        return variant_of(self.nvml_constant_name)
+
+    @property
+    def plain(self) -> bool:
+        """A profile without a media or graphics variant: what a pod asking only for compute
+        and memory is given, and what the planner and simulator offer by default."""
+        return not self.variant
 
     @property
     def resource_name(self) -> str:
@@ -189,7 +225,8 @@ class MigProfile:
         return None
 
 
-Architecture = Literal["ampere", "hopper"]
+Architecture = Literal["ampere", "hopper", "blackwell"]
+_ARCHITECTURES: tuple[Architecture, ...] = ("ampere", "hopper", "blackwell")
 
 
 @dataclass(frozen=True)
@@ -219,8 +256,9 @@ class GpuModel:
 
     @property
     def full_profile(self) -> MigProfile:
-        """The profile that spans the whole card; its engines are the card's engine budget."""
-        return max(self.profiles, key=lambda p: (p.memory_slices, p.compute_slices))
+        """The plain profile that spans the whole card; its engines are the card's engine budget
+        (a ``+gfx`` twin of the same size owns the same engines and is not preferred)."""
+        return max(self.profiles, key=lambda p: (p.memory_slices, p.compute_slices, p.plain))
 
     @property
     def engine_budget(self) -> Engines:
@@ -236,9 +274,17 @@ class GpuModel:
 
     def profile(self, name: str, field_name: str = "profile") -> MigProfile:
         """The named profile; also accepts its resource name (``nvidia.com/mig-1g.10gb.me``)."""
-        wanted = profile_name_from_resource(name) if name.startswith(MIG_RESOURCE_PREFIX) else name
+        wanted = name
+        if name.startswith(MIG_RESOURCE_PREFIX):
+            for profile in self.profiles:
+                if profile.resource_name == name:
+                    return profile
+            wanted = profile_name_from_resource(name)
         for profile in self.profiles:
             if profile.name == wanted:
+                return profile
+        for profile in self.profiles:
+            if wanted in profile.aliases:
                 return profile
         raise UnknownProfileError(
             field_name,
@@ -283,11 +329,14 @@ def _profile_from_row(row: _mig_table._P, model_unverified: Iterable[str]) -> Mi
         engines=Engines(*row.engines),
         placements=tuple(Placement(start, size) for start in row.starts),
         unverified=frozenset(row.unverified) | frozenset(model_unverified),
+        aliases=row.aliases,
     )
 
 
 def _model_from_row(row: _mig_table._Model) -> GpuModel:
-    architecture: Architecture = "ampere" if row.architecture == "ampere" else "hopper"
+    if row.architecture not in _ARCHITECTURES:
+        raise ValueError(f"{row.name}: unknown architecture {row.architecture!r}")
+    architecture = next(a for a in _ARCHITECTURES if a == row.architecture)
     return GpuModel(
         name=row.name,
         product_names=row.product_names,
@@ -381,18 +430,19 @@ def profile_name_from_resource(resource: str) -> str:
     return suffix
 
 
-def expected_profile_name(model_: GpuModel, profile: MigProfile) -> str:
+def expected_profile_name(model_: GpuModel, profile: MigProfile,
+                          total_gib: int | None = None) -> str:
     """The name NVIDIA's go-nvlib derives from memory fraction and total memory.
 
-    ``GB = round(ceil(mem / total * 8) / 8 * ceil(total / 1 GiB))``; a ``+me`` suffix marks the
-    REV1 (media-extension) profiles. Used to cross-check the table: a row whose name disagrees
-    with its memory has a typo in one of them.
+    ``GB = round(ceil(mem / total * 8) / 8 * ceil(total / 1 GiB))``, then the variant suffix
+    (:func:`variant_of`). Used to cross-check the table: a row whose name disagrees with its
+    memory has a typo in one of them. ``total_gib`` overrides the card's total, to derive the
+    names an earlier driver gave (see :attr:`MigProfile.aliases`).
     """
-    total_gib = math.ceil(model_.total_memory_mib / 1024)
+    total = total_gib or math.ceil(model_.total_memory_mib / 1024)
     eighths = math.ceil(profile.memory_mib / model_.total_memory_mib * 8)
-    gigabytes = math.floor(eighths / 8 * total_gib + 0.5)  # Go's math.Round: half away from 0
-    suffix = "+me" if profile.nvml_constant_name.endswith("_REV1") else ""
-    return f"{profile.compute_slices}g.{gigabytes}gb{suffix}"
+    gigabytes = math.floor(eighths / 8 * total + 0.5)  # Go's math.Round: half away from 0
+    return f"{profile.compute_slices}g.{gigabytes}gb{profile.variant}"
 
 
 def describe(models_: Iterable[GpuModel]) -> dict[str, object]:
@@ -400,7 +450,8 @@ def describe(models_: Iterable[GpuModel]) -> dict[str, object]:
 
     ``{"version": 1, "models": [{name, product_names, pci_device_ids (hex strings),
     architecture, total_memory_mib, memory_slices, compute_slices, max_gpu_instances,
-    mig_enable_resets_gpu, verified, unverified, source, profiles: [{name, resource_name,
+    mig_enable_resets_gpu, verified, unverified, source, profiles: [{name, variant, aliases,
+    resource_name,
     nvml_constant, nvml_constant_value, profile_id, compute_slices, memory_slices, memory_mib,
     max_count, sm_count, engines: {copy, decoders, encoders, jpeg, ofa}, placements: [{start,
     size, gpu_instance_id}], verified, unverified}]}]}``
@@ -424,6 +475,8 @@ def describe(models_: Iterable[GpuModel]) -> dict[str, object]:
                 "profiles": [
                     {
                         "name": p.name,
+                        "variant": p.variant,
+                        "aliases": list(p.aliases),
                         "resource_name": p.resource_name,
                         "nvml_constant": p.nvml_constant_name,
                         "nvml_constant_value": p.nvml_constant,

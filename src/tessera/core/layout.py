@@ -249,13 +249,15 @@ def layout_for_counts(model: GpuModel, counts: Mapping[str, int],
     larger slices sit lowest (the first in catalogue order), so the same config always gives
     the same placements, and names the counts when none exists.
     """
-    wanted = {name: n for name, n in counts.items() if n}
-    for name, number in wanted.items():
-        profile = model.profile(name, field_name=f"{field}.{name}")
-        if number < 0 or number > profile.max_count:
+    wanted: Counter[str] = Counter()
+    for name, number in counts.items():
+        profile = model.profile(name, field_name=f"{field}.{name}")  # an alias names it too
+        wanted[profile.name] += number
+        if number < 0 or wanted[profile.name] > profile.max_count:
             raise InvalidLayoutError(
                 f"{field}.{name}", f"{model.name} holds 0..{profile.max_count} x {name}, "
-                f"not {number}")
+                f"not {wanted[profile.name]}")
+    wanted = +wanted
     best: frozenset[Slice] | None = None
     best_key: tuple[tuple[int, int], ...] | None = None
     order = {p.name: i for i, p in enumerate(model.profiles)}

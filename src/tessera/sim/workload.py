@@ -127,7 +127,7 @@ def map_request(num_gpu: int, gpu_milli: int, model: GpuModel,
     milli = max(1, gpu_milli)
     need_c = math.ceil(milli * model.compute_slices / 1000) if mapping != "memory" else 1
     need_m = math.ceil(milli * model.memory_slices / 1000) if mapping != "compute" else 1
-    fitting = [p for p in model.profiles if not p.name.endswith("+me")
+    fitting = [p for p in model.profiles if p.plain
                and p.compute_slices >= need_c and p.memory_slices >= need_m]
     best = min(fitting, key=lambda p: (p.compute_slices, p.memory_slices, p.name))
     return best.name, 1
@@ -204,7 +204,7 @@ def synthetic(rng: random.Random, count: int, model: GpuModel, *,
 
     ``mix`` weighs profiles (default: 1g, 2g, 3g, 4g and 7g in the proportions 4:3:2:1:1).
     """
-    names = [p.name for p in model.profiles if not p.name.endswith("+me")]
+    names = [p.name for p in model.profiles if p.plain]
     if mix is None:
         by_compute = {model.profile(n).compute_slices: n for n in reversed(names)}
         weights = {1: 4.0, 2: 3.0, 3: 2.0, 4: 1.0, model.compute_slices: 1.0}

@@ -49,7 +49,7 @@ def standard_layouts(model_name: str) -> dict[str, tuple[Slice, ...]]:
     model = catalogue.model(model_name)
     by_shape = {
         (p.compute_slices, p.memory_slices): p.name
-        for p in reversed(model.profiles) if not p.name.endswith("+me")
+        for p in reversed(model.profiles) if p.plain
     }
     out = {}
     for name, shape in STANDARD_SHAPES.items():
@@ -63,7 +63,7 @@ def standard_layouts(model_name: str) -> dict[str, tuple[Slice, ...]]:
 def random_layout(rng: random.Random, model_name: str, attempts: int) -> list[Slice]:
     """A valid layout built by trying ``attempts`` random (profile, start) additions."""
     model = catalogue.model(model_name)
-    candidates = [Slice(p.name, pl.start) for p in model.profiles if not p.name.endswith("+me")
+    candidates = [Slice(p.name, pl.start) for p in model.profiles if p.plain
                   for pl in p.placements]
     chosen: list[Slice] = []
     for _ in range(attempts):
