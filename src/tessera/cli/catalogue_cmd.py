@@ -102,14 +102,14 @@ def render_markdown(models: list[catalogue.GpuModel]) -> str:
             continue
         parts = []
         if model.unverified:
-            parts.append(f"for every profile: {', '.join(sorted(model.unverified))}")
+            parts.append(f"card-wide: {', '.join(sorted(model.unverified))}")
         by_fields: dict[tuple[str, ...], list[str]] = {}
         for profile in model.profiles:
             own = tuple(sorted(profile.unverified - model.unverified))
             if own:
                 by_fields.setdefault(own, []).append(profile.name)
-        for fields, names in by_fields.items():
-            which = "every profile" if len(names) == len(model.profiles) else ", ".join(names)
+        for fields, marked in by_fields.items():
+            which = "every profile" if len(marked) == len(model.profiles) else ", ".join(marked)
             parts.append(f"{', '.join(fields)} of {which}")
         lines.append(f"- **{model.name}**: {'; '.join(parts)}.")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,31 @@
+"""The README's generated parts match what they describe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tessera.cli.catalogue_cmd import render_markdown
+from tessera.core import catalogue
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _between(text: str, begin: str, end: str) -> str:
+    assert begin in text and end in text, f"README lacks the markers {begin} ... {end}"
+    return text.split(begin, 1)[1].split(end, 1)[0].lstrip("\n")
+
+
+def test_the_supported_models_table_is_the_catalogue_s() -> None:
+    embedded = _between(README.read_text(encoding="utf-8"), "<!-- catalogue:begin -->",
+                        "<!-- catalogue:end -->")
+    expected = render_markdown(list(catalogue.models()))
+    assert embedded == expected, (
+        "README's supported-models table is stale: paste the output of "
+        "`tessera catalogue --markdown` between its catalogue markers")
+
+
+def test_every_model_and_every_unverified_model_is_listed() -> None:
+    table = render_markdown(list(catalogue.models()))
+    for model in catalogue.models():
+        assert f"| {model.name} |" in table
+        assert f"- **{model.name}**: " + ("none." if model.verified else "") in table
