@@ -11,7 +11,8 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def _between(text: str, begin: str, end: str) -> str:
-    assert begin in text and end in text, f"README lacks the markers {begin} ... {end}"
+    assert begin in text, f"README lacks the marker {begin}"
+    assert end in text, f"README lacks the marker {end}"
     return text.split(begin, 1)[1].split(end, 1)[0].lstrip("\n")
 
 

@@ -41,7 +41,9 @@ def test_unknown_spec_fields_are_refused_with_their_name() -> None:
 
 @pytest.mark.parametrize(("spec", "field"), [
     ({"index": 0, "mode": "split"}, "mode"),
-    ({"index": 0, "mode": "mig", "slices": [{"profile": "1g.10gb", "start": 9}]}, "slices"),
+    ({"index": 0, "mode": "mig", "slices": [{"profile": "1g.10gb", "start": 12}]}, "slices"),
+    ({"index": 0, "mode": "mig", "slices": [{"profile": "1g.10gb+me-me", "start": 0}]},
+     "slices"),
     ({"index": 0, "mode": "mps", "mps": {"shares": 49}}, "mps"),
     ({"index": 0, "mode": "mps", "mps": {"shares": 2, "threadPercentage": 101}}, "mps"),
 ])

@@ -50,3 +50,32 @@ def test_an_unknown_model_is_a_usage_error_listing_the_models(
     err = capsys.readouterr().err
     assert err.startswith("tessera: error: model: unknown GPU model 'V100' (a catalogue name, ")
     assert "(valid: A30-24GB" in err
+
+
+@pytest.mark.parametrize(("name", "model", "rows"), [
+    ("b200", "B200-180GB", 7), ("gb200", "GB200-186GB", 7), ("b300", "B300-269GB", 7),
+    ("gb300", "GB300-278GB", 7), ("rtx-pro-6000", "RTX-PRO-6000-96GB", 11),
+    ("h20", "H20-96GB", 7),
+])
+def test_the_2026_cards_print_full_tables(capsys: pytest.CaptureFixture[str], name: str,
+                                          model: str, rows: int) -> None:
+    assert main(["catalogue", name]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{model} (NVIDIA ")
+    table = [line.split() for line in lines[2:] if not line.lstrip().startswith("*")]
+    assert len(table) == rows
+    for row, profile in zip(table, catalogue.model(model).profiles, strict=True):
+        assert row[0].rstrip("*") == profile.name
+        assert row[-1] == profile.resource_name
+        assert row[-2] == "{" + ",".join(map(str, profile.starts)) + (
+            f"}}:{profile.memory_slices}")
+
+
+def test_the_markdown_table_lists_every_model_and_what_is_unverified(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["catalogue", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "| RTX-PRO-6000-96GB | NVIDIA RTX PRO 6000 Blackwell Server Edition, " in out
+    assert "- **B300-269GB**: card-wide: placements, total_memory_mib; engines, memory_mib, " \
+        "profile_id, sm_count of every profile." in out

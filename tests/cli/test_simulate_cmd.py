@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tessera.cli.main import main
+from tessera.core import catalogue
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -70,3 +71,16 @@ def test_bad_input_exits_2_naming_the_option(args: tuple[str, ...], field: str,
     code, _, err = _run(capsys, *args, "--report", str(tmp_path / "r.html"))
     assert code == 2
     assert field in err
+
+
+@pytest.mark.parametrize("model", [m.name for m in catalogue.models()])
+def test_every_catalogued_card_simulates_with_the_default_policies(
+        model: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "--cluster", f"1x2x{model}", "--trace", "synthetic",
+                          "--pods", "60", "--seed", "3", "--json",
+                          "--report", str(tmp_path / "r.html"))
+    assert code == 0, err
+    results = {p["policy"]: p for p in json.loads(out)["policies"]}
+    whole = f"static:all-{catalogue.model(model).full_profile.compute_slices}g"
+    assert set(results) == {"dynamic", "greedy", "static:all-balanced", whole, "fluid:gpu"}
+    assert results["dynamic"]["placed"] > 0

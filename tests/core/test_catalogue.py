@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.core import catalogue
+from tessera.core import catalogue, layout
 from tessera.core.errors import UnknownModelError, UnknownProfileError
 
 LGIPP: dict[str, list[tuple[str, int, int, str]]] = {
@@ -226,6 +226,89 @@ def test_resource_names_are_nvidias_mixed_strategy_names() -> None:
     assert catalogue.profile_name_from_resource("nvidia.com/mig-1g.10gb.me") == "1g.10gb+me"
     assert h100.profile("nvidia.com/mig-3g.40gb").name == "3g.40gb"
     assert catalogue.WHOLE_GPU_RESOURCE == "nvidia.com/gpu"
+
+
+@pytest.mark.parametrize(("profile", "resource"), [
+    # NVIDIA's device plugin: strings.ReplaceAll("mig-"+profile, "+", "."); a dash is kept
+    ("1g.24gb", "nvidia.com/mig-1g.24gb"),
+    ("1g.24gb+me", "nvidia.com/mig-1g.24gb.me"),
+    ("1g.24gb+gfx", "nvidia.com/mig-1g.24gb.gfx"),
+    ("1g.24gb+me.all", "nvidia.com/mig-1g.24gb.me.all"),
+    ("1g.24gb-me", "nvidia.com/mig-1g.24gb-me"),
+    ("4g.96gb+gfx", "nvidia.com/mig-4g.96gb.gfx"),
+])
+def test_every_variant_has_nvidias_resource_name_and_back(profile: str, resource: str) -> None:
+    rtx = catalogue.model("RTX-PRO-6000-96GB")
+    assert rtx.profile(profile).resource_name == resource
+    assert rtx.profile(resource).name == profile
+    assert catalogue.profile_name_from_resource(resource) == profile
+
+
+def test_each_variant_is_named_by_its_nvml_constant() -> None:
+    rtx = catalogue.model("RTX-PRO-6000-96GB")
+    assert {p.name: p.variant for p in rtx.profiles if p.name.startswith("1g.")} == {
+        "1g.24gb": "", "1g.24gb+me": "+me", "1g.24gb+gfx": "+gfx",
+        "1g.24gb+me.all": "+me.all", "1g.24gb-me": "-me"}
+    assert rtx.full_profile.name == "4g.96gb"  # the plain one, not its +gfx twin
+    assert [p.name for p in rtx.profiles if p.plain] == ["1g.24gb", "2g.48gb", "4g.96gb"]
+
+
+def test_all_media_engines_leave_the_other_slices_only_no_media_ones() -> None:
+    rtx = catalogue.model("RTX-PRO-6000-96GB")
+    everything = layout.Slice("1g.24gb+me.all", 0)
+    assert layout.conflict_with(rtx, [everything], layout.Slice("1g.24gb-me", 3)) is None
+    refused = layout.conflict_with(rtx, [everything], layout.Slice("1g.24gb", 3))
+    assert refused is not None
+    assert "engines" in refused.message
+    assert layout.is_valid(rtx, [everything, layout.Slice("2g.48gb-me", 6),
+                                 layout.Slice("1g.24gb-me", 3)])
+    assert not layout.is_valid(rtx, [layout.Slice("1g.24gb+me", 0),
+                                     layout.Slice("1g.24gb+me.all", 3)])  # one OFA
+
+
+def test_the_rtx_pro_grid_has_twelve_units_and_the_observed_gi_ids() -> None:
+    rtx = catalogue.model("RTX-PRO-6000-96GB")
+    ids = {str(pl): rtx.gpu_instance_id(pl) for p in rtx.profiles if p.plain
+           for pl in p.placements}
+    assert ids == {"0:3": 3, "3:3": 4, "6:3": 5, "9:3": 6, "0:6": 1, "6:6": 2, "0:12": 0}
+    assert layout.is_valid(rtx, [layout.Slice("2g.48gb", 0), layout.Slice("1g.24gb", 6),
+                                 layout.Slice("1g.24gb", 9)])  # as created on a real card
+
+
+def test_an_earlier_drivers_names_are_aliases_derived_by_the_same_rule() -> None:
+    gb200 = catalogue.model("GB200-186GB")
+    for profile in gb200.profiles:
+        earlier = catalogue.expected_profile_name(gb200, profile, total_gib=189)
+        if earlier != profile.name:
+            assert profile.aliases == (earlier,)
+            assert gb200.profile(earlier) is profile
+        else:
+            assert profile.aliases == ()
+    assert gb200.profile("7g.189gb").name == "7g.186gb"
+    assert layout.layout_for_counts(gb200, {"1g.24gb": 2, "1g.23gb": 1}) == (
+        layout.layout_for_counts(gb200, {"1g.23gb": 3}))
+    with pytest.raises(UnknownProfileError):
+        catalogue.model("B200-180GB").profile("7g.189gb")  # an alias is one model's
+
+
+def test_aliases_never_shadow_a_profile_of_the_same_model() -> None:
+    for model in catalogue.models():
+        names = [p.name for p in model.profiles]
+        aliases = [a for p in model.profiles for a in p.aliases]
+        assert len(set(names + aliases)) == len(names) + len(aliases), model.name
+
+
+@pytest.mark.parametrize(("name", "model"), [
+    ("h20", "H20-96GB"), ("NVIDIA H20", "H20-96GB"), ("b200", "B200-180GB"),
+    ("gb200", "GB200-186GB"), ("b300", "B300-269GB"), ("gb300", "GB300-278GB"),
+    ("rtx-pro-6000", "RTX-PRO-6000-96GB"),
+    ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "RTX-PRO-6000-96GB"),
+    ("0x2BB1", "RTX-PRO-6000-96GB"), ("0x2329", "H20-96GB"), ("0x233D", "H100-96GB"),
+    ("0x20B6", "PG506-96GB"), ("NVIDIA A800-SXM4-40GB", "A100-SXM4-40GB"),
+    ("0x20BD", "A100-SXM4-40GB"), ("NVIDIA H800", "H100-80GB"), ("0x233A", "H100-NVL-94GB"),
+])
+def test_2026_cards_and_the_a800_h800_twins_resolve(name: str, model: str) -> None:
+    assert catalogue.model(name).name == model
 
 
 def test_gpu_instance_ids_follow_the_observed_slot_tree() -> None:

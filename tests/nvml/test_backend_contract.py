@@ -28,12 +28,38 @@ def _real_backend() -> PynvmlBackend | None:
         return None
 
 
-@pytest.fixture(params=["sim", pytest.param("real", marks=pytest.mark.gpu)])
+def _mixed_layout(model: catalogue.GpuModel) -> list[layout.Slice]:
+    """Largest plain profiles first, each at the lowest start that still fits: a full card of
+    mixed sizes (on an A100-40GB 4g.20gb@0, 2g.10gb@4, 1g.5gb@6)."""
+    chosen: list[layout.Slice] = []
+    smaller = sorted((p for p in model.profiles if p.plain and p != model.full_profile),
+                     key=lambda p: (-p.memory_slices, -p.compute_slices))
+    for profile in smaller:
+        for start in profile.starts:
+            item = layout.Slice(profile.name, start)
+            if layout.conflict_with(model, chosen, item) is None:
+                chosen.append(item)
+                break
+    return chosen
+
+
+@pytest.fixture(params=[
+    "sim", *(f"sim:{m.name}" for m in catalogue.models()),
+    pytest.param("real", marks=pytest.mark.gpu)])
 def backend(request: pytest.FixtureRequest, sim_node: SimNode) -> Iterator[GpuBackend]:
     if request.param == "sim":
         _, simulated = sim_node("A100-SXM4-40GB", "H100-80GB")
         simulated.create_slice(0, "3g.20gb", 4)
         simulated.create_slice(0, "1g.5gb", 0)
+        yield simulated
+        return
+    if request.param.startswith("sim:"):
+        model = catalogue.model(request.param.removeprefix("sim:"))
+        _, simulated = sim_node(model.name)
+        mixed = _mixed_layout(model)
+        assert len({s.profile for s in mixed}) > 1, "a mixed layout"
+        for item in mixed:
+            simulated.create_slice(0, item.profile, item.start)
         yield simulated
         return
     real = _real_backend()
@@ -97,7 +123,10 @@ def test_nvml_profile_info_matches_the_catalogue(backend: GpuBackend) -> None:
                 pytest.fail(f"{gpu.name} does not offer {profile.name}")
             observed = {"profile_id": info.id, "compute_slices": info.sliceCount,
                         "max_count": info.instanceCount, "memory_mib": info.memorySizeMB,
-                        "sm_count": info.multiprocessorCount}
+                        "sm_count": info.multiprocessorCount,
+                        "engines": catalogue.Engines(
+                            info.copyEngineCount, info.decoderCount, info.encoderCount,
+                            info.jpegCount, info.ofaCount)}
             for field, value in observed.items():
                 expected = getattr(profile, field)
                 if field in profile.unverified and value != expected:

@@ -21,6 +21,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from tessera.core import catalogue
+
 __all__ = [
     "API_VERSION",
     "GROUP",
@@ -85,13 +87,19 @@ def _cel(*rules: tuple[str, str]) -> dict[str, Any]:
     return {"x-kubernetes-validations": [{"rule": rule, "message": msg} for rule, msg in rules]}
 
 
+_LAST_START = max(m.memory_slices for m in catalogue.models()) - 1
+"""The highest placement start any catalogued card has (its grid's last unit)."""
+
+
 class SliceSpec(_Model):
     """One MIG GPU instance, with its placement: a profile at a start in memory slices."""
 
     profile: str = Field(
-        min_length=1, max_length=32, pattern=r"^[0-9]+g\.[0-9]+gb(\+[a-z.]+)?$",
-        description="MIG profile as `tessera catalogue` names it, e.g. 1g.10gb or 1g.10gb+me.")
-    start: int = Field(ge=0, le=7, description="First memory slice of the placement.")
+        min_length=1, max_length=32, pattern=r"^[0-9]+g\.[0-9]+gb([+-][a-z.]+)?$",
+        description="MIG profile as `tessera catalogue` names it, e.g. 1g.10gb, 1g.10gb+me, "
+        "1g.24gb+gfx, 1g.24gb+me.all or 1g.24gb-me.")
+    start: int = Field(ge=0, le=_LAST_START, description="First memory slice of the placement "
+                       "(NVML's units: 0..7 on 8-slice cards, 0..11 on the RTX PRO 6000).")
 
 
 class MpsSpec(_Model):

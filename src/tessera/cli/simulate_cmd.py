@@ -62,10 +62,12 @@ def register(commands: Any) -> None:
     parser.add_argument("--trace", default=BUNDLED,
                         help="an openb pod_list CSV, 'bundled' (default: a 416-pod sample of "
                         "openb default shipped with Tessera) or 'synthetic'")
-    parser.add_argument("--policies", default=DEFAULT_POLICIES,
+    parser.add_argument("--policies", default=None,
                         help="comma-separated: dynamic, greedy, static:<layout> (all-1g, "
-                        "all-2g, all-3g, all-4g, all-7g, all-balanced), static:best (best mix "
-                        f"in hindsight), fluid:gpu, fluid:cluster (default {DEFAULT_POLICIES})")
+                        "all-2g, all-3g, all-4g, all-7g, all-balanced: those the card has), "
+                        "static:best (best mix in hindsight), fluid:gpu, fluid:cluster "
+                        f"(default {DEFAULT_POLICIES}, with all-7g read as the card's "
+                        "whole-card layout, e.g. all-4g on an RTX PRO 6000)")
     parser.add_argument("--arrivals", choices=("poisson", "replay"), default="poisson",
                         help="poisson: trace order at the rate for --load (default); replay: "
                         "the trace's own timestamps")
@@ -141,10 +143,18 @@ def _policy(name: str, cluster: ClusterSpec, args: argparse.Namespace) -> SimPol
                              "fluid:gpu", "fluid:cluster"))
 
 
+def _default_policies(cluster: ClusterSpec) -> str:
+    """:data:`DEFAULT_POLICIES` for this cluster's card: ``all-7g`` is the whole-card layout,
+    which a card with fewer compute slices names by its own size."""
+    whole = f"all-{cluster.main_model.full_profile.compute_slices}g"
+    return DEFAULT_POLICIES.replace("all-7g", whole)
+
+
 def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     jobs, horizon, source = _workload(args, cluster)
-    names = [n.strip() for n in args.policies.split(",") if n.strip()]
+    names = [n.strip() for n in (args.policies or _default_policies(cluster)).split(",")
+             if n.strip()]
     policies = [(n, _policy(n, cluster, args)) for n in names]
     results: list[RunResult] = []
     with Progress(TextColumn("{task.description:<22}"), BarColumn(), TimeElapsedColumn(),

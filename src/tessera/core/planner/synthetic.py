@@ -12,6 +12,7 @@ import random
 from collections.abc import Sequence
 
 from tessera.core import catalogue, layout
+from tessera.core.errors import InvalidLayoutError
 from tessera.core.layout import Slice
 from tessera.core.planner.model import (
     Gpu,
@@ -45,8 +46,14 @@ fit (e.g. all-balanced's 3g must sit at 4 for the two 1g slices to fit at 2 and 
 
 
 def standard_layouts(model_name: str) -> dict[str, tuple[Slice, ...]]:
-    """:data:`STANDARD_SHAPES` in ``model_name``'s profile names (8-slice models only)."""
+    """NVIDIA's standard layouts in ``model_name``'s profile names: :data:`STANDARD_SHAPES`
+    on 8-slice cards; on the others (A30, RTX PRO 6000) the same configs by mig-parted's
+    counts (``all-<C>g`` fills the card with the plain <C>-compute-slice profile,
+    ``all-balanced`` is two 1g, one 2g and one 3g where the card has one), as NVIDIA's
+    default mig-parted file defines them for those cards."""
     model = catalogue.model(model_name)
+    if model.memory_slices != 8:
+        return _counted_layouts(model)
     by_shape = {
         (p.compute_slices, p.memory_slices): p.name
         for p in reversed(model.profiles) if p.plain
@@ -57,6 +64,26 @@ def standard_layouts(model_name: str) -> dict[str, tuple[Slice, ...]]:
                        if (c, m) in by_shape)
         if len(slices) == len(shape) and layout.is_valid(model, slices):
             out[name] = slices
+    return out
+
+
+def _counted_layouts(model: catalogue.GpuModel) -> dict[str, tuple[Slice, ...]]:
+    smallest: dict[int, catalogue.MigProfile] = {}
+    for profile in model.profiles:
+        if profile.plain and (profile.compute_slices not in smallest or profile.memory_slices
+                              < smallest[profile.compute_slices].memory_slices):
+            smallest[profile.compute_slices] = profile
+    counts = {f"all-{c}g": {p.name: p.max_count} for c, p in sorted(smallest.items())}
+    balanced = {smallest[c].name: n for c, n in ((1, 2), (2, 1), (3, 1)) if c in smallest}
+    if len(balanced) > 1:
+        counts["all-balanced"] = balanced
+    out = {}
+    for name, wanted in counts.items():
+        try:
+            out[name] = tuple(sorted(layout.layout_for_counts(model, wanted),
+                                     key=lambda s: s.start))
+        except InvalidLayoutError:
+            continue
     return out
 
 
