@@ -19,14 +19,17 @@ def _between(text: str, begin: str, end: str) -> str:
 def test_the_supported_models_table_is_the_catalogue_s() -> None:
     embedded = _between(README.read_text(encoding="utf-8"), "<!-- catalogue:begin -->",
                         "<!-- catalogue:end -->")
-    expected = render_markdown(list(catalogue.models()))
+    expected = render_markdown(list(catalogue.models()), list(catalogue.whole_gpus()))
     assert embedded == expected, (
         "README's supported-models table is stale: paste the output of "
         "`tessera catalogue --markdown` between its catalogue markers")
 
 
 def test_every_model_and_every_unverified_model_is_listed() -> None:
-    table = render_markdown(list(catalogue.models()))
+    table = render_markdown(list(catalogue.models()), list(catalogue.whole_gpus()))
     for model in catalogue.models():
         assert f"| {model.name} |" in table
         assert f"- **{model.name}**: " + ("none." if model.verified else "") in table
+    for card in catalogue.whole_gpus():
+        assert f"| {card.name} |" in table
+        assert f"- **{card.name}**: " in table

@@ -45,10 +45,11 @@ def mig(index: int, *slices: str) -> GpuSpec:
 
 
 @pytest.fixture
-def agent_node(tmp_path: Path) -> Iterator[AgentNode]:
+def agent_node(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[AgentNode]:
+    """Two A100-80GB and an H100, MIG off; ``indirect`` parametrisation names other cards."""
+    cards = getattr(request, "param", ["A100-80GB", "A100-80GB", "H100-80GB"])
     state_file = tmp_path / "node.json"
-    write_new_state_file(state_file, new_node_state(
-        "node-a", ["A100-80GB", "A100-80GB", "H100-80GB"], mig=False))
+    write_new_state_file(state_file, new_node_state("node-a", list(cards), mig=False))
     with short_socket_dir() as root:
         kubelet = KubeletStandIn(root / "device-plugins")
         kubelet.start()

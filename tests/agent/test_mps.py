@@ -425,3 +425,32 @@ def test_a_gpu_in_mps_mode_runs_a_daemon_and_advertises_its_shares(
     done = reconciler.reconcile(partition(GpuSpec(index=2, mode="none"), generation=2))
     assert next(c for c in done.status.conditions if c.type == "Applied").status == "True"
     assert manager.status() == {}
+
+
+@pytest.mark.parametrize("agent_node", [["L4-24GB", "T4-16GB"]], indirect=True)
+def test_mps_shares_a_gpu_without_mig_with_per_share_limits(
+    agent_node: AgentNode, manager: MpsManager,
+) -> None:
+    """An L4 has no MIG: six MPS shares, each with its thread and pinned-memory limits."""
+    reconciler = Reconciler(agent_node.runtime, manager)
+    too_big = reconciler.reconcile(partition(
+        GpuSpec(index=0, mode="mps", mps=MpsSpec(shares=6, memory_mi_b=4096))))
+    invalid = next(c for c in too_big.status.conditions if c.type == "Invalid")
+    assert invalid.status == "True"
+    assert "spec.gpus[0].mps.memoryMiB: 6 shares x 4096 MiB exceed GPU 0's 23034 MiB" in (
+        invalid.message)
+    result = reconciler.reconcile(partition(
+        GpuSpec(index=0, mode="mps", mps=MpsSpec(shares=6, thread_percentage=16,
+                                                  memory_mi_b=3800)), generation=2))
+    applied = next(c for c in result.status.conditions if c.type == "Applied")
+    assert applied.status == "True", applied.message
+    assert result.status.gpus[0].name == "NVIDIA L4"
+    agent_node.kubelet.wait_until(
+        lambda k: k.allocatable().get("nvidia.com/gpu.shared") == 6, timeout=10,
+        what="six MPS shares on the L4")
+    assert agent_node.kubelet.allocatable().get("nvidia.com/gpu") == 1, "the T4 stays whole"
+    pod = Pod("ml", "infer", (Container("main", {"nvidia.com/gpu.shared": 1}),))
+    agent_node.kubelet.admit(pod)
+    envs = agent_node.kubelet.run_options(pod, "main").envs
+    assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "16"
+    assert envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].endswith("=3800M")

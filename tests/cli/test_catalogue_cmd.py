@@ -46,9 +46,9 @@ def test_json_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> No
 def test_an_unknown_model_is_a_usage_error_listing_the_models(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["catalogue", "V100"]) == 2
+    assert main(["catalogue", "K80"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("tessera: error: model: unknown GPU model 'V100' (a catalogue name, ")
+    assert err.startswith("tessera: error: model: unknown GPU model 'K80' (a catalogue name, ")
     assert "(valid: A30-24GB" in err
 
 
@@ -79,3 +79,17 @@ def test_the_markdown_table_lists_every_model_and_what_is_unverified(
     assert "| RTX-PRO-6000-96GB | NVIDIA RTX PRO 6000 Blackwell Server Edition, " in out
     assert "- **B300-269GB**: card-wide: placements, total_memory_mib; engines, memory_mib, " \
         "profile_id, sm_count of every profile." in out
+
+
+def test_cards_without_mig_are_listed_as_shared_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["catalogue", "L4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Without MIG")
+    assert lines[2].split() == ["L4-24GB", "NVIDIA", "L4", "0x27B8", "ada", "23034", "48"]
+    assert main(["catalogue", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [w["name"] for w in document["whole_gpus"]] == [
+        w.name for w in catalogue.whole_gpus()]
+    t4 = document["whole_gpus"][0]
+    assert (t4["product_names"], t4["pci_device_ids"], t4["mps_supported"]) == (
+        ["Tesla T4"], ["0x1EB810DE"], True)

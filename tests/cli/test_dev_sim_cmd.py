@@ -51,8 +51,8 @@ def test_init_takes_the_model_names_nvml_reports(tmp_path: Path) -> None:
 
 
 def test_init_names_a_bad_gpu_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["dev", "sim", "init", str(tmp_path / "x.json"), "--gpus", "2xV100"]) == 2
-    assert "--gpus: unknown GPU model 'V100'" in capsys.readouterr().err
+    assert main(["dev", "sim", "init", str(tmp_path / "x.json"), "--gpus", "2xK80"]) == 2
+    assert "--gpus: unknown GPU model 'K80'" in capsys.readouterr().err
 
 
 def test_show_prints_what_nvidia_smi_l_prints(
@@ -132,3 +132,26 @@ def test_an_unknown_device_lists_the_known_ones(
     assert main(["dev", "sim", "xid", str(node), "--device", "MIG-nope", "--code", "1"]) == 2
     err = capsys.readouterr().err
     assert "--device: no GPU or MIG device has UUID 'MIG-nope' (valid: GPU-" in err
+
+
+def test_init_takes_cards_without_mig_and_leaves_mig_off_on_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "node.json"
+    assert main(["dev", "sim", "init", str(path), "--gpus", "2xL4,T4,A10G,A100-80GB"]) == 0
+    assert capsys.readouterr().out.splitlines()[:3] == [
+        "GPU 0: NVIDIA L4 (UUID: GPU-29740a30-5529-5daa-940a-26ee53ffc511)",
+        "GPU 1: NVIDIA L4 (UUID: GPU-3498ea97-71cb-586a-9580-2bffda034df8)",
+        "GPU 2: Tesla T4 (UUID: GPU-cdf446e1-c474-5080-86fd-1cf872ed725d)"]
+    gpus = load_state_file(path).gpus
+    assert [g.model for g in gpus] == ["L4-24GB", "L4-24GB", "T4-16GB", "A10G-24GB", "A100-80GB"]
+    assert [g.mig_current for g in gpus] == [0, 0, 0, 0, 1]
+    backend = open_backend(f"sim:{path}")
+    try:
+        infos = backend.gpus()
+    finally:
+        backend.close()
+        sim.uninstall()
+    assert [(i.name, i.model, i.memory_total_mib) for i in infos[:4]] == [
+        ("NVIDIA L4", None, 23034), ("NVIDIA L4", None, 23034), ("Tesla T4", None, 15360),
+        ("NVIDIA A10G", None, 23028)]
+    assert infos[0].pci_device_id == 0x27B810DE

@@ -409,3 +409,27 @@ def test_every_value_matches_the_reference_facts() -> None:
             assert profile.verified == (not facts.get("placements_unverified")
                                         and not model.unverified)
     assert compared == len(reference)
+
+
+@pytest.mark.parametrize(("name", "card"), [
+    ("L4", "L4-24GB"), ("NVIDIA L4", "L4-24GB"), ("Tesla T4", "T4-16GB"),
+    ("NVIDIA Tesla T4", "T4-16GB"),  # as driver 465 named it
+    ("0x2237", "A10G-24GB"), ("a10", "A10-24GB"), ("Tesla V100-PCIE-32GB", "V100-32GB"),
+    ("0x1DF5", "V100-16GB"), ("l40s", "L40S-48GB"), ("A100-80GB", "A100-80GB"),
+])
+def test_one_resolver_reads_cards_with_and_without_mig(name: str, card: str) -> None:
+    assert catalogue.card(name).name == card
+
+
+def test_cards_without_mig_are_not_mig_models() -> None:
+    assert catalogue.find_model("NVIDIA L4") is None
+    l4 = catalogue.card("L4")
+    assert isinstance(l4, catalogue.WholeGpu)
+    assert (l4.total_memory_mib, l4.architecture, l4.mps_supported) == (23034, "ada", True)
+    with pytest.raises(UnknownModelError) as error:
+        catalogue.card("v100")
+    assert "ambiguous: it starts V100-16GB, V100-32GB" in str(error.value)
+    names = [c.name for c in (*catalogue.models(), *catalogue.whole_gpus())]
+    assert len(names) == len(set(names))
+    ids = [i for c in (*catalogue.models(), *catalogue.whole_gpus()) for i in c.pci_device_ids]
+    assert len(ids) == len(set(ids)), "a PCI id names one card"

@@ -184,7 +184,7 @@ def test_the_api_server_refuses_invalid_objects_naming_the_field(system: System)
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "NodePartition",
             "metadata": {"name": "bad-start"},
             "spec": {"gpus": [{"index": 0, "mode": "mig",
-                               "slices": [{"profile": "1g.10gb", "start": 9}]}]}})
+                               "slices": [{"profile": "1g.10gb", "start": 12}]}]}})
     assert "spec.gpus[0].slices[0].start" in range_error.value.body
 
 

@@ -25,18 +25,40 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    chosen = [catalogue.model(args.model)] if args.model else list(catalogue.models())
+    cards: list[catalogue.Card] = (
+        [catalogue.card(args.model)] if args.model
+        else [*catalogue.models(), *catalogue.whole_gpus()])
+    chosen = [c for c in cards if isinstance(c, catalogue.GpuModel)]
+    whole = [c for c in cards if isinstance(c, catalogue.WholeGpu)]
     if args.json:
-        print(json.dumps(catalogue.describe(chosen), indent=2))
+        print(json.dumps(catalogue.describe(chosen, whole), indent=2))
         return 0
     if args.markdown:
-        print(render_markdown(chosen), end="")
+        print(render_markdown(chosen, whole), end="")
         return 0
-    for index, model in enumerate(chosen):
-        if index:
-            print()
-        print(render_model(model))
+    blocks = [render_model(model) for model in chosen]
+    if whole:
+        blocks.append(render_whole(whole))
+    print("\n\n".join(blocks))
     return 0
+
+
+def render_whole(cards: list[catalogue.WholeGpu]) -> str:
+    """Cards without MIG: shared whole, by MPS or time-slicing."""
+    rows = [["card", "NVML product names", "PCI ids", "arch", "MiB", "MPS clients"]]
+    for whole in cards:
+        rows.append([
+            whole.name + ("" if not whole.unverified else "*"),
+            ", ".join(whole.product_names),
+            ", ".join(f"0x{pci >> 16:04X}" for pci in whole.pci_device_ids),
+            whole.architecture, str(whole.total_memory_mib),
+            str(catalogue.MPS_MAX_CLIENTS) if whole.mps_supported else "-",
+        ])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["Without MIG (whole: nvidia.com/gpu; MPS shares: nvidia.com/gpu.shared):"]
+    lines += ["  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip()
+              for row in rows]
+    return "\n".join(lines)
 
 
 _COLUMNS = ("profile", "id", "const", "CxM", "MiB", "max", "SMs", "CE/DEC/ENC/JPG/OFA",
@@ -80,7 +102,8 @@ def _memory(mib: int) -> str:
     return f"{mib} MiB"
 
 
-def render_markdown(models: list[catalogue.GpuModel]) -> str:
+def render_markdown(models: list[catalogue.GpuModel],
+                    whole: list[catalogue.WholeGpu] | None = None) -> str:
     """The README's supported-models table and the values still unverified, per model.
 
     The README embeds this output between markers and a test compares the two, so the table
@@ -95,6 +118,15 @@ def render_markdown(models: list[catalogue.GpuModel]) -> str:
         profiles = ", ".join(f"`{p.name}`" for p in model.profiles)
         lines.append(f"| {model.name} | {names} | {ids} | {model.architecture} | "
                      f"{_memory(model.total_memory_mib)} | {profiles} |")
+    if whole:
+        lines += ["", "Without MIG (shared whole: MPS shares `nvidia.com/gpu.shared`, or the "
+                  "card as `nvidia.com/gpu`):", "",
+                  "| card | NVML product names | PCI device ids | arch | memory |",
+                  "|---|---|---|---|---|"]
+        for card in whole:
+            ids = ", ".join(f"0x{pci >> 16:04X}" for pci in card.pci_device_ids)
+            lines.append(f"| {card.name} | {', '.join(card.product_names)} | {ids} | "
+                         f"{card.architecture} | {_memory(card.total_memory_mib)} |")
     lines += ["", "Values not yet read off a real card (`*` in `tessera catalogue`):", ""]
     for model in models:
         if model.verified:
@@ -112,4 +144,7 @@ def render_markdown(models: list[catalogue.GpuModel]) -> str:
             which = "every profile" if len(marked) == len(model.profiles) else ", ".join(marked)
             parts.append(f"{', '.join(fields)} of {which}")
         lines.append(f"- **{model.name}**: {'; '.join(parts)}.")
+    for card in whole or []:
+        lines.append(f"- **{card.name}**: " + (", ".join(sorted(card.unverified)) + "."
+                                                if card.unverified else "none."))
     return "\n".join(lines) + "\n"

@@ -31,7 +31,7 @@ def parse_gpus(text: str) -> list[str]:
         count = int(match.group(1) or 1)
         if count < 1:
             raise InvalidInputError("--gpus", f"{part!r}: the count must be at least 1")
-        models += [catalogue.model(match.group(2), field_name="--gpus").name] * count
+        models += [catalogue.card(match.group(2), field_name="--gpus").name] * count
     return models
 
 

@@ -1,4 +1,6 @@
-"""The one table of MIG-capable GPU models: every profile, its NVML ids, size, engines and placements.
+"""The one table of GPU models: every MIG-capable card with every profile, its NVML ids, size,
+engines and placements (``MODELS``), and the cards without MIG that Tessera shares whole, by MPS
+or time-slicing (``WHOLE_GPUS``).
 
 This module is the single source of truth for MIG geometry. Everything else (resource names, the
 layout model, the NVML simulator, the planner, ``tessera catalogue``) is derived from it, so a fact
@@ -437,4 +439,32 @@ MODELS: tuple[_Model, ...] = (
             _P("4g.96gb+gfx", "4_SLICE_GFX", 32, 4, 12, 97408, 1, 188, (4, 4, 4, 4, 1), (0,), ()),
         ),
     ),
+)
+
+
+class _Whole(NamedTuple):
+    name: str
+    product_names: tuple[str, ...]
+    pci_device_ids: tuple[int, ...]
+    architecture: str
+    total_memory_mib: int
+    source: str
+    unverified: tuple[str, ...]
+
+
+WHOLE_SOURCE = ("real nvidia-smi transcripts (driver 5xx+, ECC on; R470 and ECC off report other "
+                "totals); PCI ids from NVIDIA's driver README (595.45.04) or pci.ids")
+
+WHOLE_GPUS: tuple[_Whole, ...] = (
+    # name, NVML product names, PCI device ids, architecture, memory MiB as nvidia-smi totals it,
+    # source, unverified fields
+    _Whole("T4-16GB", ("Tesla T4",), (0x1EB810DE,), "turing", 15360, WHOLE_SOURCE, ()),
+    _Whole("L4-24GB", ("NVIDIA L4",), (0x27B810DE,), "ada", 23034, WHOLE_SOURCE, ()),
+    _Whole("A10-24GB", ("NVIDIA A10",), (0x223610DE,), "ampere", 23028, WHOLE_SOURCE, ()),
+    _Whole("A10G-24GB", ("NVIDIA A10G",), (0x223710DE,), "ampere", 23028, WHOLE_SOURCE, ()),
+    _Whole("L40S-48GB", ("NVIDIA L40S",), (0x26B910DE,), "ada", 46068, WHOLE_SOURCE, ()),
+    _Whole("L40-48GB", ("NVIDIA L40",), (0x26B510DE,), "ada", 46068, WHOLE_SOURCE, ()),
+    _Whole("A40-48GB", ("NVIDIA A40",), (0x223510DE,), "ampere", 46068, WHOLE_SOURCE, ()),
+    _Whole("V100-16GB", ("Tesla V100-SXM2-16GB", "Tesla V100-PCIE-16GB"), (0x1DB110DE, 0x1DB410DE, 0x1DF510DE), "volta", 16384, WHOLE_SOURCE, ()),
+    _Whole("V100-32GB", ("Tesla V100-SXM2-32GB", "Tesla V100-PCIE-32GB"), (0x1DB510DE, 0x1DB610DE), "volta", 32768, WHOLE_SOURCE, ()),
 )

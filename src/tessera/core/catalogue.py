@@ -20,24 +20,30 @@ __all__ = [
     "COMPUTE_INSTANCE_PROFILE_CONSTANTS",
     "GPU_INSTANCE_PROFILE_CONSTANTS",
     "MIG_RESOURCE_PREFIX",
+    "MPS_MAX_CLIENTS",
     "MPS_SHARED_RESOURCE",
     "NO_ENGINES",
     "RESOURCE_DOMAIN",
     "WHOLE_GPU_RESOURCE",
+    "Card",
     "Engines",
     "GpuModel",
     "MigProfile",
     "Placement",
+    "WholeGpu",
+    "card",
     "compute_instance_profile_for_slices",
     "compute_instance_slices",
     "describe",
     "expected_profile_name",
+    "find_card",
     "find_model",
     "mig_resource_name",
     "model",
     "models",
     "profile_name_from_resource",
     "variant_of",
+    "whole_gpus",
 ]
 
 RESOURCE_DOMAIN = "nvidia.com"
@@ -46,6 +52,10 @@ WHOLE_GPU_RESOURCE = f"{RESOURCE_DOMAIN}/gpu"
 MPS_SHARED_RESOURCE = f"{RESOURCE_DOMAIN}/gpu.shared"
 """An MPS share of a GPU: the name NVIDIA's plugin gives shared GPUs (``renameByDefault``)."""
 MIG_RESOURCE_PREFIX = f"{RESOURCE_DOMAIN}/mig-"
+MPS_MAX_CLIENTS = 48
+"""Client contexts one MPS server serves per device on Volta and later: 48 through CUDA 13.0
+(NVIDIA's MPS documentation, "Client-Server Connection Limits"; 13.1 raised it to 60), so 48
+holds on every driver a node may run. Pre-Volta MPS had 16 clients and no per-client limits."""
 
 GPU_INSTANCE_PROFILE_CONSTANTS: Mapping[str, int] = {
     "1_SLICE": 0,
@@ -445,7 +455,8 @@ def expected_profile_name(model_: GpuModel, profile: MigProfile,
     return f"{profile.compute_slices}g.{gigabytes}gb{profile.variant}"
 
 
-def describe(models_: Iterable[GpuModel]) -> dict[str, object]:
+def describe(models_: Iterable[GpuModel],
+             whole: Iterable[WholeGpu] = ()) -> dict[str, object]:
     """The catalogue as plain data: the documented shape of ``tessera catalogue --json``.
 
     ``{"version": 1, "models": [{name, product_names, pci_device_ids (hex strings),
@@ -454,7 +465,8 @@ def describe(models_: Iterable[GpuModel]) -> dict[str, object]:
     resource_name,
     nvml_constant, nvml_constant_value, profile_id, compute_slices, memory_slices, memory_mib,
     max_count, sm_count, engines: {copy, decoders, encoders, jpeg, ofa}, placements: [{start,
-    size, gpu_instance_id}], verified, unverified}]}]}``
+    size, gpu_instance_id}], verified, unverified}]}], "whole_gpus": [{name, product_names,
+    pci_device_ids, architecture, total_memory_mib, mps_supported, unverified, source}]}``
     """
     return {
         "version": 1,
@@ -509,4 +521,94 @@ def describe(models_: Iterable[GpuModel]) -> dict[str, object]:
             }
             for m in models_
         ],
+        "whole_gpus": [
+            {
+                "name": w.name,
+                "product_names": list(w.product_names),
+                "pci_device_ids": [f"0x{pci:08X}" for pci in w.pci_device_ids],
+                "architecture": w.architecture,
+                "total_memory_mib": w.total_memory_mib,
+                "mps_supported": w.mps_supported,
+                "unverified": sorted(w.unverified),
+                "source": w.source,
+            }
+            for w in whole
+        ],
     }
+
+
+@dataclass(frozen=True)
+class WholeGpu:
+    """A card without MIG: Tessera shares it whole, by MPS or time-slicing.
+
+    The MIG models share the same facts (memory, architecture) through :class:`GpuModel`;
+    :func:`card` resolves either."""
+
+    name: str
+    product_names: tuple[str, ...]
+    pci_device_ids: tuple[int, ...]
+    architecture: str
+    total_memory_mib: int
+    source: str
+    unverified: frozenset[str]
+
+    @property
+    def mps_supported(self) -> bool:
+        """MPS with per-client limits needs Volta or later; every card here has it."""
+        return self.architecture != "pascal"
+
+
+@cache
+def whole_gpus() -> tuple[WholeGpu, ...]:
+    """Every card without MIG that Tessera knows, in table order."""
+    return tuple(
+        WholeGpu(name=row.name, product_names=row.product_names,
+                 pci_device_ids=row.pci_device_ids, architecture=row.architecture,
+                 total_memory_mib=row.total_memory_mib, source=row.source,
+                 unverified=frozenset(row.unverified))
+        for row in _mig_table.WHOLE_GPUS)
+
+
+Card = GpuModel | WholeGpu
+
+
+def find_card(name: str, pci_device_id: int | None = None) -> Card | None:
+    """:func:`find_model`, then the same rules over the cards without MIG."""
+    found = find_model(name, pci_device_id)
+    if found is not None:
+        return found
+    if pci_device_id is not None:
+        for whole in whole_gpus():
+            if pci_device_id in whole.pci_device_ids:
+                return whole
+    lowered = name.strip().lower()
+    if not lowered:
+        return None
+    spellings = {lowered, f"nvidia {lowered}", lowered.removeprefix("nvidia ")}
+    for whole in whole_gpus():  # driver 465 named a T4 "NVIDIA Tesla T4"
+        if whole.name.lower() == lowered or any(
+                p.lower() in spellings for p in whole.product_names):
+            return whole
+    number = _pci_id(lowered)
+    if number is not None:
+        for whole in whole_gpus():
+            if any(number in (full, full >> 16) for full in whole.pci_device_ids):
+                return whole
+    every: list[Card] = [*models(), *whole_gpus()]
+    prefixed = [c for c in every if c.name.lower().startswith(lowered)]
+    return prefixed[0] if len(prefixed) == 1 else None
+
+
+def card(name: str, field_name: str = "model") -> Card:
+    """Any card Tessera knows, MIG-capable or not, named as :func:`model` reads names."""
+    found = find_card(name)
+    if found is None:
+        every = [m.name for m in models()] + [w.name for w in whole_gpus()]
+        lowered = name.strip().lower()
+        several = [n for n in every if lowered and n.lower().startswith(lowered)]
+        problem = (f"GPU model {name!r} is ambiguous: it starts {', '.join(several)}"
+                   if len(several) > 1 else f"unknown GPU model {name!r}")
+        raise UnknownModelError(
+            field_name, f"{problem} (a catalogue name, an NVML product name, a PCI device id "
+            "or a unique prefix)", every)
+    return found

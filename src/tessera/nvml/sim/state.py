@@ -72,7 +72,8 @@ class SimGpuInstance(_Strict):
 
 class SimGpu(_Strict):
     index: int = Field(ge=0)
-    model: str = Field(description="catalogue model name, or 'none' for a card without MIG")
+    model: str = Field(description="catalogue name (MIG-capable or whole), or 'none' for a card "
+                       "the catalogue lacks (then product_name and memory_mib)")
     uuid: str = Field(pattern=r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
     product_name: str | None = None
     memory_mib: int | None = Field(default=None, ge=1)
@@ -90,19 +91,25 @@ class SimGpu(_Strict):
     @model_validator(mode="after")
     def _known_model(self) -> SimGpu:
         if self.model != "none":
-            catalogue.model(self.model, field_name=f"gpus[{self.index}].model")
+            catalogue.card(self.model, field_name=f"gpus[{self.index}].model")
         elif self.product_name is None or self.memory_mib is None:
             raise ValueError("a card with model 'none' needs product_name and memory_mib")
         return self
 
+    def card(self) -> catalogue.Card | None:
+        """The catalogued card (MIG-capable or not); None for a card given only by name."""
+        return None if self.model == "none" else catalogue.card(self.model)
+
     def catalogue_model(self) -> catalogue.GpuModel | None:
-        return None if self.model == "none" else catalogue.model(self.model)
+        """The MIG model, or None for a card without MIG."""
+        found = self.card()
+        return found if isinstance(found, catalogue.GpuModel) else None
 
     @property
     def name(self) -> str:
         if self.product_name is not None:
             return self.product_name
-        found = self.catalogue_model()
+        found = self.card()
         assert found is not None
         return found.product_names[0]
 
@@ -110,7 +117,7 @@ class SimGpu(_Strict):
     def total_memory_mib(self) -> int:
         if self.memory_mib is not None:
             return self.memory_mib
-        found = self.catalogue_model()
+        found = self.card()
         assert found is not None
         return found.total_memory_mib
 
@@ -118,7 +125,7 @@ class SimGpu(_Strict):
     def device_id(self) -> int:
         if self.pci_device_id is not None:
             return self.pci_device_id
-        found = self.catalogue_model()
+        found = self.card()
         return found.pci_device_ids[0] if found is not None else 0
 
     @property
@@ -227,14 +234,15 @@ class NodeState(_Strict):
 
 
 def new_node_state(node: str, models: list[str], mig: bool = True) -> NodeState:
-    """A node whose cards are of the given catalogue models, all idle and empty."""
+    """A node whose cards are of the given catalogue models, all idle and empty; ``mig`` turns
+    MIG mode on for the cards that have it (a card without MIG never has it on)."""
     gpus = [
         SimGpu(
             index=i,
             model=name,
             uuid="GPU-" + _derived_uuid(node, "gpu", i),
-            mig_current=int(mig),
-            mig_pending=int(mig),
+            mig_current=int(mig and isinstance(catalogue.card(name), catalogue.GpuModel)),
+            mig_pending=int(mig and isinstance(catalogue.card(name), catalogue.GpuModel)),
         )
         for i, name in enumerate(models)
     ]
