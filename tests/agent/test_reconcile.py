@@ -9,11 +9,14 @@ from tessera.agent.reconcile import (
     DestroySlice,
     MpsTarget,
     SetMigMode,
+    SetTimeslice,
     StartMps,
     StopMps,
+    StopTimeslice,
+    TimesliceTarget,
     plan_node,
 )
-from tessera.api.v1alpha1 import GpuSpec, MpsSpec, NodePartitionSpec, SliceSpec
+from tessera.api.v1alpha1 import GpuSpec, MpsSpec, NodePartitionSpec, SliceSpec, TimesliceSpec
 from tessera.core.layout import Slice, parse_slice
 from tessera.nvml.backend import GpuInfo
 
@@ -22,12 +25,13 @@ A100 = "A100-SXM4-80GB"
 
 def gpu(index: int = 0, *, mig: bool = True, instances: tuple[ObservedInstance, ...] = (),
         pods: tuple[str, ...] = (), processes: int = 0, name: str = "NVIDIA A100-SXM4-80GB",
-        model: str | None = "A100-80GB") -> GpuObservation:
+        model: str | None = "A100-80GB", whole: tuple[str, ...] = ()) -> GpuObservation:
     info = GpuInfo(index=index, uuid=f"GPU-{index:08d}-0000-0000-0000-000000000000", name=name,
                    pci_bus_id="", pci_device_id=0x20B210DE if model else 0x27B810DE,
                    memory_total_mib=81920, model=model,
                    mig_current=mig if model else None, mig_pending=mig if model else None)
-    return GpuObservation(info=info, instances=instances, pods=pods, processes=processes)
+    return GpuObservation(info=info, instances=instances, pods=pods, processes=processes,
+                          whole_holders=whole)
 
 
 def inst(text: str, gi: int, *, pods: tuple[str, ...] = (), processes: int = 0,
@@ -172,6 +176,44 @@ def test_mps_starts_on_a_whole_gpu_and_stops_when_the_mode_changes() -> None:
         "GPU 0: new MPS settings wait until no pod holds a share (ml/a)"]
     back = plan_node(node_spec(mig_spec("7g.80gb@0")), whole, running)
     assert back.steps == [StopMps(0, whole.gpus[0].info.uuid)]
+
+
+def _timeslice(replicas: int, rename: bool = True) -> NodePartitionSpec:
+    return node_spec(GpuSpec(index=0, mode="timeslice", timeslice=TimesliceSpec(
+        replicas=replicas, rename_by_default=rename)))
+
+
+def test_time_slicing_advertises_replicas_of_a_whole_gpu_and_changes_nothing_on_it() -> None:
+    l4 = NodeObservation((gpu(mig=False, name="NVIDIA L4", model=None),))
+    uuid = l4.gpus[0].info.uuid
+    assert plan_node(_timeslice(4), l4).steps == [
+        SetTimeslice(0, uuid, 4, "nvidia.com/gpu.shared")]
+    assert plan_node(_timeslice(4, rename=False), l4).steps == [
+        SetTimeslice(0, uuid, 4, "nvidia.com/gpu")], "renameByDefault: false keeps the name"
+    running = {uuid: TimesliceTarget(4, "nvidia.com/gpu.shared")}
+    assert plan_node(_timeslice(4), l4, timesliced=running).settled
+    a100 = NodeObservation((gpu(mig=True),))
+    assert plan_node(_timeslice(4), a100).steps == [SetMigMode(0, False)], "whole first"
+
+
+def test_time_slicing_never_takes_a_device_a_pod_holds() -> None:
+    held_whole = NodeObservation((gpu(mig=False, model=None, pods=("ml/a",), whole=("ml/a",)),))
+    assert plan_node(_timeslice(4), held_whole).gpus[0].blocked == [
+        "GPU 0 is held whole by ml/a; time-slicing waits until it ends"]
+    held = NodeObservation((gpu(mig=False, model=None, pods=("ml/a",)),))
+    uuid = held.gpus[0].info.uuid
+    four = {uuid: TimesliceTarget(4, "nvidia.com/gpu.shared")}
+    assert plan_node(_timeslice(8), held, timesliced=four).steps == [
+        SetTimeslice(0, uuid, 8, "nvidia.com/gpu.shared")], "more replicas take nothing away"
+    assert plan_node(_timeslice(2), held, timesliced=four).gpus[0].blocked == [
+        "GPU 0: fewer or renamed replicas wait until no pod holds one (ml/a)"]
+    assert plan_node(_timeslice(4), held).steps == [
+        SetTimeslice(0, uuid, 4, "nvidia.com/gpu.shared")], "after a restart: offered again"
+    leaving = plan_node(node_spec(GpuSpec(index=0, mode="none")), held, timesliced=four)
+    assert leaving.gpus[0].blocked == ["GPU 0 is time-sliced for ml/a"]
+    free = NodeObservation((gpu(mig=False, model=None),))
+    assert plan_node(node_spec(GpuSpec(index=0, mode="none")), free,
+                     timesliced=four).steps == [StopTimeslice(0, uuid)]
 
 
 def test_gpus_the_spec_does_not_name_are_left_alone() -> None:

@@ -2,9 +2,11 @@
 
 Resource names follow NVIDIA's "mixed" MIG strategy so pod specs written for NVIDIA's plugin
 work unchanged: every complete MIG device is ``nvidia.com/mig-<profile>`` (``+`` becomes ``.``),
-a GPU not in MIG mode is ``nvidia.com/gpu``, and a GPU running MPS offers its shares as
+a GPU not in MIG mode is ``nvidia.com/gpu``, a GPU running MPS offers its shares as
 ``nvidia.com/gpu.shared`` (the name NVIDIA's plugin gives shared GPUs), each share a
-``<uuid>::<n>`` device. A slice being drained for destruction is withheld, so the kubelet cannot
+``<uuid>::<n>`` device, and a time-sliced GPU offers its replicas the same way (or under
+``nvidia.com/gpu`` when its spec keeps the name, as NVIDIA's ``renameByDefault: false``). A
+slice being drained for destruction is withheld, so the kubelet cannot
 hand it out while the agent removes it.
 
 :class:`Advertiser` keeps the inventory in step and remembers each GPU's last devices: a card
@@ -23,7 +25,7 @@ from tessera.core import catalogue
 from tessera.kubelet.health import XidFilter, record_xid
 from tessera.kubelet.inventory import Inventory, MpsShare, PluginDevice
 
-__all__ = ["MPS_SHARED_RESOURCE", "Advertiser", "MpsAdvert", "devices_for"]
+__all__ = ["MPS_SHARED_RESOURCE", "Advertiser", "MpsAdvert", "TimesliceAdvert", "devices_for"]
 
 MPS_SHARED_RESOURCE = catalogue.MPS_SHARED_RESOURCE
 
@@ -36,8 +38,17 @@ class MpsAdvert:
     share: MpsShare
 
 
+@dataclass(frozen=True)
+class TimesliceAdvert:
+    """A time-sliced GPU: ``replicas`` devices under ``resource``, as NVIDIA's plugin offers."""
+
+    replicas: int
+    resource: str
+
+
 def devices_for(gpu: GpuObservation, mps: MpsAdvert | None = None,
-                withheld: frozenset[str] = frozenset()) -> dict[str, list[PluginDevice]]:
+                withheld: frozenset[str] = frozenset(),
+                timeslice: TimesliceAdvert | None = None) -> dict[str, list[PluginDevice]]:
     """The devices one GPU offers right now."""
     info = gpu.info
     resources: dict[str, list[PluginDevice]] = {}
@@ -51,6 +62,9 @@ def devices_for(gpu: GpuObservation, mps: MpsAdvert | None = None,
         resources[MPS_SHARED_RESOURCE] = [
             PluginDevice.mps_share(info.uuid, n, info.uuid, info.index, mps.share)
             for n in range(mps.shares)]
+    elif timeslice is not None:
+        resources[timeslice.resource] = [
+            PluginDevice.replica(info.uuid, n, info.index) for n in range(timeslice.replicas)]
     else:
         resources[catalogue.WHOLE_GPU_RESOURCE] = [PluginDevice.gpu(info.uuid, info.index)]
     return resources
@@ -84,9 +98,12 @@ class Advertiser:
             return frozenset(self._withheld)
 
     def publish(self, observation: NodeObservation,
-                mps: Mapping[str, MpsAdvert] | None = None) -> dict[str, list[PluginDevice]]:
+                mps: Mapping[str, MpsAdvert] | None = None,
+                timeslices: Mapping[str, TimesliceAdvert] | None = None,
+                ) -> dict[str, list[PluginDevice]]:
         """Advertise what ``observation`` shows; returns the resource map it published."""
         mps = mps or {}
+        timeslices = timeslices or {}
         resources: dict[str, list[PluginDevice]] = {}
         with self._lock:
             withheld = frozenset(self._withheld)
@@ -98,7 +115,8 @@ class Advertiser:
                                                   reason="GPU has fallen off the bus")
                     offered = last
                 else:
-                    offered = devices_for(gpu, mps.get(gpu.info.uuid), withheld)
+                    offered = devices_for(gpu, mps.get(gpu.info.uuid), withheld,
+                                          timeslices.get(gpu.info.uuid))
                     self._last[gpu.index] = (gpu.info.uuid, offered)
                 for name, devices in offered.items():
                     resources.setdefault(name, []).extend(devices)

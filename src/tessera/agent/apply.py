@@ -18,14 +18,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from tessera.agent.advertising import TimesliceAdvert
 from tessera.agent.reconcile import (
     CompleteSlice,
     CreateSlice,
     DestroySlice,
     SetMigMode,
+    SetTimeslice,
     StartMps,
     Step,
     StopMps,
+    StopTimeslice,
 )
 from tessera.core.errors import BackendError
 from tessera.nvml.backend import GpuBackend
@@ -44,6 +47,10 @@ class SliceGuard(Protocol):
 
     def holders(self, uuid: str) -> tuple[str, ...] | None:
         """Pods holding the device now; None if the kubelet cannot be asked."""
+        ...
+
+    def set_timeslice(self, uuid: str, advert: TimesliceAdvert | None) -> None:
+        """Advertise a whole GPU as time-slicing replicas (None: whole again)."""
         ...
 
 
@@ -108,6 +115,10 @@ def run_step(backend: GpuBackend, guard: SliceGuard, mps: MpsControl | None,
             if not result.applied:
                 return Outcome(step, "pending", f"GPU {step.gpu}: MIG mode change is pending "
                                "until the GPU is idle (IN_USE)", result.activation_status)
+        elif isinstance(step, SetTimeslice):
+            guard.set_timeslice(step.uuid, TimesliceAdvert(step.replicas, step.resource))
+        elif isinstance(step, StopTimeslice):
+            guard.set_timeslice(step.uuid, None)
         elif isinstance(step, StartMps | StopMps):
             if mps is None:
                 return Outcome(step, "failed", "MPS is not configured on this agent")

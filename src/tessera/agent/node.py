@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 
-from tessera.agent.advertising import Advertiser, MpsAdvert
+from tessera.agent.advertising import Advertiser, MpsAdvert, TimesliceAdvert
 from tessera.agent.health import HealthTracker, XidWatcher
 from tessera.agent.observation import NodeObservation, observe, owners_of
 from tessera.kubelet.errors import PodResourcesError
@@ -57,6 +57,8 @@ class NodeRuntime:
         self._started = False
         self._latest: NodeObservation | None = None
         self.mps_adverts: dict[str, MpsAdvert] = {}
+        self.timeslices: dict[str, TimesliceAdvert] = {}
+        """Time-sliced GPUs by UUID: nothing on the card changes, only what is advertised."""
         self.health_changed: Callable[[], None] = lambda: None
         """Called after an Xid changed a device's health (the agent reconciles, to report it)."""
         self._xid = XidWatcher(backend, self.health, lambda: self._latest,
@@ -117,7 +119,7 @@ class NodeRuntime:
                 healthy, last_xid = self.health.gpu_health(gpu.info.uuid, mig_uuids)
                 gpus.append(dataclasses.replace(gpu, healthy=healthy, last_xid=last_xid))
             observation = NodeObservation(gpus=tuple(gpus))
-            self.advertiser.publish(observation, self.mps_adverts)
+            self.advertiser.publish(observation, self.mps_adverts, self.timeslices)
             self._latest = observation
             return observation
 
@@ -130,10 +132,20 @@ class NodeRuntime:
     def withdraw(self, uuid: str) -> None:
         self.advertiser.withhold(uuid)
         if self._latest is not None:
-            self.advertiser.publish(self._latest, self.mps_adverts)
+            self.advertiser.publish(self._latest, self.mps_adverts, self.timeslices)
 
     def restore(self, uuid: str) -> None:
         self.advertiser.release(uuid)
+
+    def set_timeslice(self, uuid: str, advert: TimesliceAdvert | None) -> None:
+        """Advertise GPU ``uuid`` as replicas (None: whole again), at once."""
+        with self._lock:
+            if advert is None:
+                self.timeslices.pop(uuid, None)
+            else:
+                self.timeslices[uuid] = advert
+            if self._latest is not None:
+                self.advertiser.publish(self._latest, self.mps_adverts, self.timeslices)
 
     def holders(self, uuid: str) -> tuple[str, ...] | None:
         allocations = self.allocations()

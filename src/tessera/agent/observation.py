@@ -59,7 +59,9 @@ class GpuObservation:
     info: GpuInfo
     instances: tuple[ObservedInstance, ...] = ()
     pods: tuple[str, ...] = ()
-    """Pods holding the whole GPU (``nvidia.com/gpu``) or one of its MPS shares."""
+    """Pods holding the whole GPU (``nvidia.com/gpu``) or one of its shares or replicas."""
+    whole_holders: tuple[str, ...] = ()
+    """Of :attr:`pods`, those holding the GPU itself (its plain UUID), not a share of it."""
     processes: int = 0
     """Processes on the whole GPU (outside MIG)."""
     healthy: bool = True
@@ -142,5 +144,6 @@ def observe(backend: GpuBackend, allocations: Mapping[str, Iterable[str]] | None
         healthy, last_xid = health.get(info.uuid, (True, None))
         gpus.append(GpuObservation(
             info=info, instances=tuple(instances), pods=owners_of(allocations, info.uuid),
+            whole_holders=tuple(sorted(allocations.get(info.uuid, ()))),
             processes=gpu_processes, healthy=healthy, last_xid=last_xid, use_unknown=unknown))
     return NodeObservation(gpus=tuple(gpus))

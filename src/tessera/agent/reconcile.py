@@ -32,9 +32,12 @@ __all__ = [
     "GpuPlan",
     "NodePlan",
     "SetMigMode",
+    "SetTimeslice",
     "StartMps",
     "Step",
     "StopMps",
+    "StopTimeslice",
+    "TimesliceTarget",
     "plan_node",
 ]
 
@@ -102,7 +105,36 @@ class StopMps:
         return f"GPU {self.gpu}: stop MPS"
 
 
-Step = SetMigMode | CreateSlice | CompleteSlice | DestroySlice | StartMps | StopMps
+@dataclass(frozen=True)
+class TimesliceTarget:
+    replicas: int
+    resource: str
+
+
+@dataclass(frozen=True)
+class SetTimeslice:
+    """Advertise a whole GPU as time-slicing replicas; nothing on the card changes."""
+
+    gpu: int
+    uuid: str
+    replicas: int
+    resource: str
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu}: time-slice as {self.replicas} x {self.resource}"
+
+
+@dataclass(frozen=True)
+class StopTimeslice:
+    gpu: int
+    uuid: str
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu}: stop time-slicing"
+
+
+Step = (SetMigMode | CreateSlice | CompleteSlice | DestroySlice | StartMps | StopMps
+        | SetTimeslice | StopTimeslice)
 
 
 @dataclass(frozen=True)
@@ -123,6 +155,7 @@ class GpuPlan:
     blocked: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
     mps: MpsTarget | None = None
+    timeslice: TimesliceTarget | None = None
 
     @property
     def settled(self) -> bool:
@@ -235,9 +268,12 @@ def _plan_whole(plan: GpuPlan, gpu: GpuObservation) -> bool:
 
 
 def plan_gpu(spec_index: int, spec: GpuSpec, observed: NodeObservation,
-             mps_running: Mapping[str, MpsTarget] | None = None) -> GpuPlan:
-    """``mps_running``: the settings of each GPU's running MPS daemon, by GPU UUID."""
+             mps_running: Mapping[str, MpsTarget] | None = None,
+             timesliced: Mapping[str, TimesliceTarget] | None = None) -> GpuPlan:
+    """``mps_running``: the settings of each GPU's running MPS daemon, by GPU UUID;
+    ``timesliced``: each time-sliced GPU's replicas, by GPU UUID."""
     mps_running = mps_running or {}
+    timesliced = timesliced or {}
     where = f"spec.gpus[{spec_index}]"
     plan = GpuPlan(spec_index=spec_index, gpu=spec.index)
     try:
@@ -264,6 +300,12 @@ def plan_gpu(spec_index: int, spec: GpuSpec, observed: NodeObservation,
     except InvalidInputError as exc:
         plan.invalid.append(str(exc))
         return plan
+    if spec.mode != "timeslice" and gpu.info.uuid in timesliced:
+        if gpu.pods:
+            plan.blocked.append(f"GPU {gpu.index} is time-sliced for {', '.join(gpu.pods)}")
+            return plan
+        plan.steps.append(StopTimeslice(gpu.index, gpu.info.uuid))
+        return plan
     if spec.mode != "mps" and gpu.info.uuid in mps_running:
         if gpu.pods:
             plan.blocked.append(f"GPU {gpu.index} runs MPS for {', '.join(gpu.pods)}")
@@ -275,6 +317,8 @@ def plan_gpu(spec_index: int, spec: GpuSpec, observed: NodeObservation,
         _plan_mig(plan, gpu, model, target)
     elif spec.mode == "none":
         _plan_whole(plan, gpu)
+    elif spec.mode == "timeslice":
+        _plan_timeslice(plan, spec, gpu, timesliced.get(gpu.info.uuid))
     else:
         assert mps is not None
         plan.mps = mps
@@ -290,13 +334,41 @@ def plan_gpu(spec_index: int, spec: GpuSpec, observed: NodeObservation,
     return plan
 
 
+def _plan_timeslice(plan: GpuPlan, spec: GpuSpec, gpu: GpuObservation,
+                    running: TimesliceTarget | None) -> None:
+    """Replicas on a whole GPU. Advertising more replicas never takes a device from a pod, so
+    only a pod holding the GPU whole, or fewer replicas or another name while replicas are
+    held, waits; after an agent restart (``running`` unknown) the replicas are offered again
+    under the ids their pods hold."""
+    assert spec.timeslice is not None
+    target = TimesliceTarget(
+        spec.timeslice.replicas,
+        catalogue.MPS_SHARED_RESOURCE if spec.timeslice.rename_by_default
+        else catalogue.WHOLE_GPU_RESOURCE)
+    plan.timeslice = target
+    if not _plan_whole(plan, gpu) or running == target:
+        return
+    if gpu.whole_holders:
+        plan.blocked.append(f"GPU {gpu.index} is held whole by {', '.join(gpu.whole_holders)}; "
+                            "time-slicing waits until it ends")
+        return
+    if running is not None and gpu.pods and (
+            target.resource != running.resource or target.replicas < running.replicas):
+        plan.blocked.append(
+            f"GPU {gpu.index}: fewer or renamed replicas wait until no pod holds one "
+            f"({', '.join(gpu.pods)})")
+        return
+    plan.steps.append(SetTimeslice(gpu.index, gpu.info.uuid, target.replicas, target.resource))
+
+
 def plan_node(spec: NodePartitionSpec, observed: NodeObservation,
-              mps_running: Mapping[str, MpsTarget] | None = None) -> NodePlan:
+              mps_running: Mapping[str, MpsTarget] | None = None,
+              timesliced: Mapping[str, TimesliceTarget] | None = None) -> NodePlan:
     """One phase of steps for every GPU the spec names; duplicates are Invalid."""
     node = NodePlan()
     claimed: dict[int, int] = {}
     for index, gpu_spec in enumerate(spec.gpus):
-        plan = plan_gpu(index, gpu_spec, observed, mps_running)
+        plan = plan_gpu(index, gpu_spec, observed, mps_running, timesliced)
         if plan.gpu is not None and plan.gpu in claimed and not plan.invalid:
             plan.steps.clear()
             plan.blocked.clear()

@@ -19,7 +19,7 @@ from tessera.agent.advertising import MpsAdvert
 from tessera.agent.apply import MpsControl, Outcome, apply_steps, run_step
 from tessera.agent.node import NodeRuntime
 from tessera.agent.observation import NodeObservation
-from tessera.agent.reconcile import MpsTarget, NodePlan, Step, plan_node
+from tessera.agent.reconcile import MpsTarget, NodePlan, Step, TimesliceTarget, plan_node
 from tessera.agent.status import build_status
 from tessera.api.v1alpha1 import MpsStatus, NodePartition, NodePartitionStatus
 
@@ -44,6 +44,10 @@ class ReconcileResult:
 def _running(status: dict[str, MpsStatus]) -> dict[str, MpsTarget]:
     return {uuid: MpsTarget(s.shares, s.thread_percentage, s.memory_mi_b)
             for uuid, s in status.items()}
+
+
+def _timesliced(runtime: NodeRuntime) -> dict[str, TimesliceTarget]:
+    return {uuid: TimesliceTarget(a.replicas, a.resource) for uuid, a in runtime.timeslices.items()}
 
 
 class MpsService(MpsControl, Protocol):
@@ -86,7 +90,8 @@ class Reconciler:
         retries = 2  # rounds that only met NVML errors, retried after observing again
         for _ in range(self.max_rounds):
             observation = self._observe()
-            plan = plan_node(spec, observation, _running(self._mps_status()))
+            plan = plan_node(spec, observation, _running(self._mps_status()),
+                             _timesliced(self.runtime))
             if not plan.steps:
                 break
             last_round = apply_steps(plan.steps, self._run)
@@ -100,7 +105,7 @@ class Reconciler:
             break  # no progress: blocked or pending; the next change or tick tries again
         observation = self._observe()
         mps_status = self._mps_status()
-        plan = plan_node(spec, observation, _running(mps_status))
+        plan = plan_node(spec, observation, _running(mps_status), _timesliced(self.runtime))
         status = build_status(
             generation=partition.metadata.generation,
             plan_id=spec.plan_id,
@@ -110,6 +115,7 @@ class Reconciler:
             previous=partition.status,
             now=self._clock(),
             mps=mps_status,
+            timeslices=_timesliced(self.runtime),
         )
         return ReconcileResult(status=status, done=done, outcomes=all_outcomes, plan=plan,
                                seconds=time.monotonic() - started)

@@ -19,7 +19,7 @@ from typing import Literal
 
 from tessera.agent.apply import Outcome
 from tessera.agent.observation import GpuObservation, NodeObservation
-from tessera.agent.reconcile import NodePlan
+from tessera.agent.reconcile import NodePlan, TimesliceTarget
 from tessera.api.v1alpha1 import (
     Condition,
     ConditionType,
@@ -29,6 +29,7 @@ from tessera.api.v1alpha1 import (
     NodePartitionStatus,
     ObservedGpu,
     ObservedSlice,
+    TimesliceStatus,
 )
 
 __all__ = ["build_status", "observed_gpu"]
@@ -36,11 +37,13 @@ __all__ = ["build_status", "observed_gpu"]
 NVML_RESET_REQUIRED = 16
 
 
-def observed_gpu(gpu: GpuObservation, mps: MpsStatus | None) -> ObservedGpu:
+def observed_gpu(gpu: GpuObservation, mps: MpsStatus | None,
+                 timeslice: TimesliceTarget | None = None) -> ObservedGpu:
     info = gpu.info
     mig = None if info.mig_current is None else MigModeStatus(
         current=bool(info.mig_current), pending=bool(info.mig_pending))
-    mode: GpuMode = "mig" if info.mig_current else ("mps" if mps is not None else "none")
+    mode: GpuMode = "mig" if info.mig_current else (
+        "mps" if mps is not None else ("timeslice" if timeslice is not None else "none"))
     return ObservedGpu(
         index=info.index,
         uuid=info.uuid or f"lost-gpu-{info.index}",
@@ -56,6 +59,8 @@ def observed_gpu(gpu: GpuObservation, mps: MpsStatus | None) -> ObservedGpu:
             for i in gpu.instances
         ],
         mps=mps,
+        timeslice=None if timeslice is None or info.mig_current else TimesliceStatus(
+            replicas=timeslice.replicas, resource=timeslice.resource),
         healthy=gpu.healthy,
         last_xid=gpu.last_xid,
     )
@@ -80,8 +85,10 @@ def build_status(
     previous: NodePartitionStatus | None,
     now: str,
     mps: Mapping[str, MpsStatus] | None = None,
+    timeslices: Mapping[str, TimesliceTarget] | None = None,
 ) -> NodePartitionStatus:
     mps = mps or {}
+    timeslices = timeslices or {}
     invalid = [m for g in plan.gpus for m in g.invalid]
     blocked = [m for g in plan.gpus for m in g.blocked]
     blocked += [o.message for o in outcomes if o.status == "blocked"]
@@ -127,7 +134,8 @@ def build_status(
     return NodePartitionStatus(
         observed_generation=generation,
         applied_plan_id=plan_id,
-        gpus=[observed_gpu(g, mps.get(g.info.uuid)) for g in observation.gpus],
+        gpus=[observed_gpu(g, mps.get(g.info.uuid), timeslices.get(g.info.uuid))
+              for g in observation.gpus],
         conditions=conditions,
     )
 

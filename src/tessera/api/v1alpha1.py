@@ -47,6 +47,8 @@ __all__ = [
     "PartitionPolicyStatus",
     "SliceSpec",
     "StaticDeviceConfig",
+    "TimesliceSpec",
+    "TimesliceStatus",
     "comparable",
 ]
 
@@ -55,7 +57,7 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 ConditionType = Literal["Applied", "Blocked", "Invalid", "ResetRequired", "Degraded", "Ready"]
-GpuMode = Literal["mig", "mps", "none"]
+GpuMode = Literal["mig", "mps", "timeslice", "none"]
 
 
 class _Model(BaseModel):
@@ -105,7 +107,8 @@ class SliceSpec(_Model):
 class MpsSpec(_Model):
     """Equal MPS shares of one GPU: each share is one allocatable device."""
 
-    shares: int = Field(ge=1, le=48, description="Number of clients (48 is MPS's limit).")
+    shares: int = Field(ge=1, le=catalogue.MPS_MAX_CLIENTS,
+                        description="Number of clients (48 is MPS's limit through CUDA 13.0).")
     thread_percentage: int | None = Field(
         default=None, ge=1, le=100,
         description="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE per share (default 100/shares).")
@@ -114,8 +117,25 @@ class MpsSpec(_Model):
         description="CUDA_MPS_PINNED_DEVICE_MEM_LIMIT per share in MiB (default memory/shares).")
 
 
+MAX_REPLICAS = 64
+"""Tessera's cap on time-slicing replicas per GPU: beyond it each replica's turn is too short
+to be useful, and a typo (1000) would flood the kubelet with devices."""
+
+
+class TimesliceSpec(_Model):
+    """Time-slicing, as NVIDIA's device plugin's ``sharing.timeSlicing`` does it: the GPU is
+    advertised as ``replicas`` devices (``<uuid>::<n>``) whose pods take turns on the whole
+    card. Nothing isolates them: no memory limit, no fault isolation (one pod's fault or
+    out-of-memory is every pod's)."""
+
+    replicas: int = Field(ge=2, le=MAX_REPLICAS, description="Devices the GPU is advertised as.")
+    rename_by_default: bool = Field(
+        default=True, description="Advertise the replicas as nvidia.com/gpu.shared (NVIDIA's "
+        "renameByDefault); false keeps nvidia.com/gpu, so pods asking a whole GPU share it.")
+
+
 class GpuSpec(_Model):
-    """What one GPU should be: MIG slices, MPS shares, or left whole."""
+    """What one GPU should be: MIG slices, MPS shares, time-slicing replicas, or left whole."""
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
@@ -125,16 +145,21 @@ class GpuSpec(_Model):
              "slices are only for mode mig"),
             ("(self.mode == 'mps') == has(self.mps)", "mps is required for, and only for, "
              "mode mps"),
+            ("(self.mode == 'timeslice') == has(self.timeslice)", "timeslice is required for, "
+             "and only for, mode timeslice"),
         ),
     )
 
     index: int | None = Field(default=None, ge=0, le=63, description="NVML index of the GPU.")
     uuid: str | None = Field(default=None, pattern=r"^GPU-[0-9a-f-]{36}$",
                              description="GPU UUID, instead of index.")
-    mode: GpuMode = Field(description="mig, mps, or none (the whole GPU as nvidia.com/gpu).")
+    mode: GpuMode = Field(description="mig, mps, timeslice, or none (the whole GPU as "
+                          "nvidia.com/gpu).")
     slices: list[SliceSpec] = Field(default_factory=list, max_length=7,
                                     description="Target MIG layout (mode mig).")
     mps: MpsSpec | None = Field(default=None, description="MPS shares (mode mps).")
+    timeslice: TimesliceSpec | None = Field(
+        default=None, description="Time-slicing replicas (mode timeslice).")
 
 
 class NodePartitionSpec(_Model):
@@ -168,6 +193,12 @@ class MpsStatus(_Tolerant):
     pipe_directory: str
 
 
+class TimesliceStatus(_Tolerant):
+    replicas: int
+    resource: str
+    """The resource the replicas are advertised as (nvidia.com/gpu.shared or nvidia.com/gpu)."""
+
+
 class ObservedGpu(_Tolerant):
     index: int
     uuid: str
@@ -179,6 +210,7 @@ class ObservedGpu(_Tolerant):
     mode: GpuMode
     slices: list[ObservedSlice] = Field(default_factory=list)
     mps: MpsStatus | None = None
+    timeslice: TimesliceStatus | None = None
     healthy: bool = True
     last_xid: int | None = None
 
@@ -247,16 +279,21 @@ class PartitionPolicySpec(_Model):
             ("self.mode != 'static' || (has(self.static) && size(self.static) > 0)",
              "mode static needs a static layout"),
             ("self.mode != 'mps' || has(self.mps)", "mode mps needs mps"),
+            ("self.mode != 'timeslice' || has(self.timeslice)",
+             "mode timeslice needs timeslice"),
         ),
     )
 
     node_selector: LabelSelector = Field(default_factory=LabelSelector)
-    mode: Literal["static", "dynamic", "mps"]
+    mode: Literal["static", "dynamic", "mps", "timeslice"]
     allowed_profiles: list[str] = Field(
         default_factory=list, description="Profiles the controller may create (dynamic); "
         "empty means every profile of the card.")
     static: list[StaticDeviceConfig] = Field(default_factory=list)
     mps: MpsSpec | None = None
+    timeslice: TimesliceSpec | None = Field(
+        default=None, description="Mode timeslice: every GPU of the selected nodes, whole, "
+        "advertised as this many replicas.")
     min_repartition_interval_seconds: int = Field(
         default=0, ge=0, description="Minimum time between two repartitions of one GPU.")
     priority: int = Field(default=0, description="When policies overlap, the highest wins.")

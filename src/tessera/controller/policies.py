@@ -84,6 +84,9 @@ def policy_gpu_specs(policy: PartitionPolicy, partition: NodePartition) -> list[
                 specs.append(wanted)
         elif policy.spec.mode == "mps" and policy.spec.mps is not None:
             specs.append(GpuSpec(index=gpu.index, mode="mps", mps=policy.spec.mps))
+        elif policy.spec.mode == "timeslice" and policy.spec.timeslice is not None:
+            specs.append(GpuSpec(index=gpu.index, mode="timeslice",
+                                 timeslice=policy.spec.timeslice))
         elif gpu.model is not None:
             current = [SliceSpec(profile=s.profile, start=s.start) for s in gpu.slices]
             specs.append(GpuSpec(index=gpu.index, mode="mig", slices=current))

@@ -38,6 +38,9 @@ class DeviceKind(enum.StrEnum):
     """A MIG device, advertised as ``MIG-<uuid>``."""
     MPS_SHARE = "mps-share"
     """The n-th MPS share of a GPU (or MIG device), advertised as ``<uuid>::<n>``."""
+    REPLICA = "replica"
+    """The n-th time-slicing replica of a GPU, advertised as ``<uuid>::<n>`` as NVIDIA's plugin
+    names replicas; Allocate gives the GPU itself (no isolation between replicas)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,9 +69,9 @@ class MpsShare:
 class PluginDevice:
     """One advertised device and what Allocate must return for it.
 
-    Build with :meth:`gpu`, :meth:`mig` or :meth:`mps_share`; the advertised :attr:`id` is
-    derived from the UUID (and share number), so it is always one of the id forms
-    dcgm-exporter and NVIDIA's tooling understand.
+    Build with :meth:`gpu`, :meth:`mig`, :meth:`mps_share` or :meth:`replica`; the advertised
+    :attr:`id` is derived from the UUID (and share or replica number), so it is always one of
+    the id forms dcgm-exporter and NVIDIA's tooling understand.
     """
 
     kind: DeviceKind
@@ -79,7 +82,7 @@ class PluginDevice:
     parent_index: int
     """NVML index of the physical GPU."""
     share: int | None = None
-    """Share number for an MPS share; None otherwise."""
+    """Share number of an MPS share or replica number of a time-slicing replica; else None."""
     mps: MpsShare | None = None
     healthy: bool = True
     """Health as the feeder sees it; Xid overrides in :class:`Inventory` compose with it."""
@@ -95,7 +98,8 @@ class PluginDevice:
         if self.parent_index < 0:
             raise InvalidInputError("parent_index", "must not be negative")
         expected = {DeviceKind.GPU: ("GPU-",), DeviceKind.MIG: ("MIG-",),
-                    DeviceKind.MPS_SHARE: ("GPU-", "MIG-")}[self.kind]
+                    DeviceKind.MPS_SHARE: ("GPU-", "MIG-"),
+                    DeviceKind.REPLICA: ("GPU-",)}[self.kind]
         if not self.uuid.startswith(expected):
             raise InvalidInputError(
                 "uuid", f"{self.uuid!r} must start with {' or '.join(expected)}")
@@ -104,15 +108,19 @@ class PluginDevice:
         if self.kind is DeviceKind.MPS_SHARE:
             if self.share is None or self.share < 0 or self.mps is None:
                 raise InvalidInputError("share", "an MPS share needs a share number >= 0 and mps")
+        elif self.kind is DeviceKind.REPLICA:
+            if self.share is None or self.share < 0 or self.mps is not None:
+                raise InvalidInputError("share", "a replica needs a replica number >= 0, no mps")
         elif self.share is not None or self.mps is not None:
-            raise InvalidInputError("share", f"only MPS shares carry share/mps, not {self.kind}")
+            raise InvalidInputError("share", f"only MPS shares and replicas carry a number, "
+                                    f"not {self.kind}")
         if len(self.id) > MAX_DEVICE_ID_LENGTH:
             raise InvalidInputError("id", f"{self.id!r} is longer than {MAX_DEVICE_ID_LENGTH}")
 
     @property
     def id(self) -> str:
         """The id advertised in ListAndWatch and sent back in Allocate."""
-        if self.kind is DeviceKind.MPS_SHARE:
+        if self.kind in (DeviceKind.MPS_SHARE, DeviceKind.REPLICA):
             return f"{self.uuid}::{self.share}"
         return self.uuid
 
@@ -142,6 +150,15 @@ class PluginDevice:
         """Share number ``share`` of GPU (or MIG device) ``uuid``."""
         return cls(DeviceKind.MPS_SHARE, uuid, parent_uuid, parent_index, share=share, mps=mps,
                    healthy=healthy, numa_node=numa_node, device_nodes=device_nodes)
+
+    @classmethod
+    def replica(
+        cls, uuid: str, replica: int, index: int, *, healthy: bool = True,
+        numa_node: int | None = None, device_nodes: tuple[str, ...] = (),
+    ) -> PluginDevice:
+        """Time-slicing replica number ``replica`` of whole GPU ``uuid``."""
+        return cls(DeviceKind.REPLICA, uuid, uuid, index, share=replica, healthy=healthy,
+                   numa_node=numa_node, device_nodes=device_nodes)
 
 
 class DeviceInventory(Protocol):
