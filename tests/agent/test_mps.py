@@ -23,7 +23,7 @@ from tessera.agent.apply import run_step
 from tessera.agent.mps import MpsError, MpsManager
 from tessera.agent.reconcile import StartMps, StopMps
 from tessera.agent.reconciler import Reconciler
-from tessera.api.v1alpha1 import GpuSpec, MpsSpec
+from tessera.api.v1alpha1 import GpuSpec, MpsSpec, NodePartition, SliceSpec
 from tessera.core.errors import InvalidInputError
 from tessera.testing import Container, Pod, mps_control
 from tessera.testing.mps_control import (
@@ -454,3 +454,73 @@ def test_mps_shares_a_gpu_without_mig_with_per_share_limits(
     envs = agent_node.kubelet.run_options(pod, "main").envs
     assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "16"
     assert envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].endswith("=3800M")
+
+
+def _mig_with_inner_mps(mps: MpsSpec | None, generation: int = 1) -> NodePartition:
+    return partition(GpuSpec(index=0, mode="mig", slices=[
+        SliceSpec(profile="2g.20gb", start=0), SliceSpec(profile="1g.10gb", start=2),
+        SliceSpec(profile="3g.40gb", start=4, mps=mps)]), generation=generation)
+
+
+def test_mps_inside_a_mig_slice_shares_it_beside_plain_slices(
+    agent_node: AgentNode, manager: MpsManager,
+) -> None:
+    """A 3g.40gb runs its own MPS daemon; its shares are nvidia.com/mig-3g.40gb.shared."""
+    reconciler = Reconciler(agent_node.runtime, manager)
+    result = reconciler.reconcile(_mig_with_inner_mps(MpsSpec(shares=3)))
+    applied = next(c for c in result.status.conditions if c.type == "Applied")
+    assert applied.status == "True", applied.message
+    inner = next(s for s in result.status.gpus[0].slices if s.profile == "3g.40gb")
+    assert inner.mps is not None
+    assert (inner.mps.shares, inner.mps.daemon, inner.mps.memory_mi_b) == (3, "Running", 13397)
+    shared = "nvidia.com/mig-3g.40gb.shared"
+    agent_node.kubelet.wait_until(
+        lambda k: k.allocatable().get(shared) == 3
+        and k.allocatable().get("nvidia.com/mig-2g.20gb") == 1
+        and k.allocatable().get("nvidia.com/mig-1g.10gb") == 1
+        and not k.allocatable().get("nvidia.com/mig-3g.40gb"), timeout=10,
+        what="three shares of the 3g.40gb beside the plain slices")
+    assert sorted(agent_node.kubelet.devices(shared)) == [f"{inner.uuid}::{n}" for n in range(3)]
+    pod = Pod("ml", "inner", (Container("main", {shared: 1}),))
+    agent_node.kubelet.admit(pod)
+    envs = agent_node.kubelet.run_options(pod, "main").envs
+    assert envs["NVIDIA_VISIBLE_DEVICES"] == inner.uuid
+    assert envs["CUDA_MPS_PIPE_DIRECTORY"] == inner.mps.pipe_directory
+    assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "33"
+    plain = reconciler.reconcile(_mig_with_inner_mps(None, generation=2))
+    blocked = next(c for c in plain.status.conditions if c.type == "Blocked")
+    assert f"3g.40gb@4 ({inner.uuid}) on GPU 0 runs MPS for ml/inner" in blocked.message
+    agent_node.kubelet.remove_pod(pod.uid)
+    plain = reconciler.reconcile(_mig_with_inner_mps(None, generation=2))
+    assert next(c for c in plain.status.conditions if c.type == "Applied").status == "True"
+    assert manager.status() == {}
+    agent_node.kubelet.wait_until(
+        lambda k: k.allocatable().get("nvidia.com/mig-3g.40gb") == 1
+        and not k.allocatable().get(shared), timeout=10, what="the slice itself again")
+    assert {s.uuid for s in plain.status.gpus[0].slices} >= {inner.uuid}, "the slice was kept"
+
+
+def test_a_slice_running_mps_is_destroyed_only_after_its_daemon_stops(
+    agent_node: AgentNode, manager: MpsManager,
+) -> None:
+    reconciler = Reconciler(agent_node.runtime, manager)
+    reconciler.reconcile(_mig_with_inner_mps(MpsSpec(shares=2)))
+    assert len(manager.status()) == 1
+    whole = reconciler.reconcile(partition(GpuSpec(index=0, mode="mig", slices=[
+        SliceSpec(profile="7g.80gb", start=0)]), generation=2))
+    assert next(c for c in whole.status.conditions if c.type == "Applied").status == "True"
+    kinds = [type(step).__name__ for step in whole.done]
+    assert kinds.index("StopMps") < kinds.index("DestroySlice")
+    assert manager.status() == {}
+    assert [s.profile for s in whole.status.gpus[0].slices] == ["7g.80gb"]
+
+
+def test_shares_of_a_slice_cannot_ask_for_more_than_its_memory(
+    agent_node: AgentNode, manager: MpsManager,
+) -> None:
+    reconciler = Reconciler(agent_node.runtime, manager)
+    result = reconciler.reconcile(_mig_with_inner_mps(MpsSpec(shares=3, memory_mi_b=20000)))
+    invalid = next(c for c in result.status.conditions if c.type == "Invalid")
+    assert invalid.status == "True"
+    assert ("spec.gpus[0].slices[2].mps.memoryMiB: 3 shares x 20000 MiB exceed 3g.40gb's "
+            "40192 MiB") in invalid.message

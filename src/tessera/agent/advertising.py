@@ -25,7 +25,8 @@ from tessera.core import catalogue
 from tessera.kubelet.health import XidFilter, record_xid
 from tessera.kubelet.inventory import Inventory, MpsShare, PluginDevice
 
-__all__ = ["MPS_SHARED_RESOURCE", "Advertiser", "MpsAdvert", "TimesliceAdvert", "devices_for"]
+__all__ = ["MPS_SHARED_RESOURCE", "Advertiser", "MpsAdvert", "TimesliceAdvert", "devices_for",
+           "shared_mig_resource_name"]
 
 MPS_SHARED_RESOURCE = catalogue.MPS_SHARED_RESOURCE
 
@@ -46,22 +47,37 @@ class TimesliceAdvert:
     resource: str
 
 
-def devices_for(gpu: GpuObservation, mps: MpsAdvert | None = None,
+def shared_mig_resource_name(profile: str) -> str:
+    """MPS shares of a MIG device: ``nvidia.com/mig-<profile>.shared``, the name NVIDIA's
+    plugin gives a shared MIG device (``renameByDefault``)."""
+    return catalogue.mig_resource_name(profile) + ".shared"
+
+
+def devices_for(gpu: GpuObservation, mps: Mapping[str, MpsAdvert] | None = None,
                 withheld: frozenset[str] = frozenset(),
                 timeslice: TimesliceAdvert | None = None) -> dict[str, list[PluginDevice]]:
-    """The devices one GPU offers right now."""
+    """The devices one GPU offers right now. ``mps``: the running MPS daemons by device UUID;
+    a MIG device running MPS offers its shares instead of itself."""
     info = gpu.info
+    daemons = mps or {}
+    whole = daemons.get(info.uuid)
     resources: dict[str, list[PluginDevice]] = {}
     if info.mig_current:
         for instance in gpu.instances:
             if instance.mig_uuid is None or instance.mig_uuid in withheld:
                 continue
+            inner = daemons.get(instance.mig_uuid)
+            if inner is not None:
+                resources.setdefault(shared_mig_resource_name(instance.profile), []).extend(
+                    PluginDevice.mps_share(instance.mig_uuid, n, info.uuid, info.index,
+                                           inner.share) for n in range(inner.shares))
+                continue
             resources.setdefault(catalogue.mig_resource_name(instance.profile), []).append(
                 PluginDevice.mig(instance.mig_uuid, info.uuid, info.index))
-    elif mps is not None:
+    elif whole is not None:
         resources[MPS_SHARED_RESOURCE] = [
-            PluginDevice.mps_share(info.uuid, n, info.uuid, info.index, mps.share)
-            for n in range(mps.shares)]
+            PluginDevice.mps_share(info.uuid, n, info.uuid, info.index, whole.share)
+            for n in range(whole.shares)]
     elif timeslice is not None:
         resources[timeslice.resource] = [
             PluginDevice.replica(info.uuid, n, info.index) for n in range(timeslice.replicas)]
@@ -115,8 +131,7 @@ class Advertiser:
                                                   reason="GPU has fallen off the bus")
                     offered = last
                 else:
-                    offered = devices_for(gpu, mps.get(gpu.info.uuid), withheld,
-                                          timeslices.get(gpu.info.uuid))
+                    offered = devices_for(gpu, mps, withheld, timeslices.get(gpu.info.uuid))
                     self._last[gpu.index] = (gpu.info.uuid, offered)
                 for name, devices in offered.items():
                     resources.setdefault(name, []).extend(devices)

@@ -92,8 +92,9 @@ class StartMps:
     memory_mib: int
 
     def __str__(self) -> str:
-        return (f"GPU {self.gpu}: run MPS with {self.shares} shares of {self.thread_percentage}% "
-                f"and {self.memory_mib} MiB")
+        where = f" in {self.uuid}" if self.uuid.startswith("MIG-") else ""
+        return (f"GPU {self.gpu}: run MPS{where} with {self.shares} shares of "
+                f"{self.thread_percentage}% and {self.memory_mib} MiB")
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ class StopMps:
     uuid: str
 
     def __str__(self) -> str:
-        return f"GPU {self.gpu}: stop MPS"
+        where = f" in {self.uuid}" if self.uuid.startswith("MIG-") else ""
+        return f"GPU {self.gpu}: stop MPS{where}"
 
 
 @dataclass(frozen=True)
@@ -249,6 +251,64 @@ def _plan_mig(plan: GpuPlan, gpu: GpuObservation, model: catalogue.GpuModel,
         plan.steps.append(CreateSlice(gpu.index, item))
 
 
+def _plan_slice_mps(plan: GpuPlan, spec: GpuSpec, where: str, gpu: GpuObservation, *,
+                    model: catalogue.GpuModel, mps_running: Mapping[str, MpsTarget]) -> None:
+    """MPS daemons inside MIG devices: started once the slice is complete, restarted with new
+    settings only when no pod holds a share, and stopped before their slice is destroyed or
+    when the spec no longer asks for them (a slice running MPS is in use)."""
+    wanted: dict[Slice, tuple[int, MpsTarget]] = {}
+    for position, item in enumerate(spec.slices):
+        if item.mps is None:
+            continue
+        profile = model.profile(item.profile)
+        shares = item.mps.shares
+        memory = item.mps.memory_mi_b or profile.memory_mib // shares
+        if memory * shares > profile.memory_mib:
+            raise InvalidInputError(
+                f"{where}.slices[{position}].mps.memoryMiB",
+                f"{shares} shares x {memory} MiB exceed {item.profile}'s {profile.memory_mib} "
+                "MiB; lower memoryMiB or shares")
+        threads = item.mps.thread_percentage or max(1, 100 // shares)
+        wanted[Slice(item.profile, item.start)] = (position, MpsTarget(shares, threads, memory))
+    destroying = {s.slice for s in plan.steps if isinstance(s, DestroySlice)}
+    for instance in gpu.instances:
+        uuid = instance.mig_uuid
+        if uuid is None or uuid not in mps_running or instance.slice in wanted or (
+                instance.slice in destroying):
+            continue
+        if instance.pods:
+            plan.blocked.append(f"{instance.slice} ({uuid}) on GPU {gpu.index} runs MPS for "
+                                f"{', '.join(instance.pods)}")
+        else:
+            plan.steps.append(StopMps(gpu.index, uuid))
+    for instance in gpu.instances:
+        if instance.slice not in wanted or not instance.complete or (
+                instance.slice in destroying):
+            continue
+        assert instance.mig_uuid is not None
+        _, target = wanted[instance.slice]
+        running = mps_running.get(instance.mig_uuid)
+        if running == target:
+            continue
+        if running is not None and instance.pods:
+            plan.blocked.append(
+                f"{instance.slice} on GPU {gpu.index}: new MPS settings wait until no pod "
+                f"holds a share ({', '.join(instance.pods)})")
+            continue
+        plan.steps.append(StartMps(gpu.index, instance.mig_uuid, target.shares,
+                                   target.thread_percentage, target.memory_mib))
+
+
+def _stop_mps_before_destroy(plan: GpuPlan, mps_running: Mapping[str, MpsTarget]) -> None:
+    """A MIG device running MPS is destroyed only once its daemon is down: this round stops
+    the daemons, the next destroys (a slice whose pods hold shares is in use and kept)."""
+    stops: list[Step] = [StopMps(s.gpu, s.mig_uuid) for s in plan.steps
+                         if isinstance(s, DestroySlice) and s.mig_uuid in mps_running
+                         and s.mig_uuid is not None]
+    if stops:
+        plan.steps[:] = stops
+
+
 def _plan_whole(plan: GpuPlan, gpu: GpuObservation) -> bool:
     """Take the GPU out of MIG mode; True once it is whole."""
     if gpu.info.mig_current is None or not gpu.info.mig_current:
@@ -315,6 +375,11 @@ def plan_gpu(spec_index: int, spec: GpuSpec, observed: NodeObservation,
     if spec.mode == "mig":
         assert model is not None
         _plan_mig(plan, gpu, model, target)
+        try:
+            _plan_slice_mps(plan, spec, where, gpu, model=model, mps_running=mps_running)
+        except InvalidInputError as exc:
+            plan.invalid.append(str(exc))
+            plan.steps.clear()
     elif spec.mode == "none":
         _plan_whole(plan, gpu)
     elif spec.mode == "timeslice":
@@ -331,6 +396,7 @@ def plan_gpu(spec_index: int, spec: GpuSpec, observed: NodeObservation,
                 return plan
             plan.steps.append(StartMps(gpu.index, gpu.info.uuid, mps.shares,
                                        mps.thread_percentage, mps.memory_mib))
+    _stop_mps_before_destroy(plan, mps_running)
     return plan
 
 

@@ -38,7 +38,10 @@ NVML_RESET_REQUIRED = 16
 
 
 def observed_gpu(gpu: GpuObservation, mps: MpsStatus | None,
-                 timeslice: TimesliceTarget | None = None) -> ObservedGpu:
+                 timeslice: TimesliceTarget | None = None,
+                 inner_mps: Mapping[str, MpsStatus] | None = None) -> ObservedGpu:
+    """``inner_mps``: the daemons running inside this GPU's MIG devices, by MIG UUID."""
+    inner_mps = inner_mps or {}
     info = gpu.info
     mig = None if info.mig_current is None else MigModeStatus(
         current=bool(info.mig_current), pending=bool(info.mig_pending))
@@ -55,7 +58,8 @@ def observed_gpu(gpu: GpuObservation, mps: MpsStatus | None,
         slices=[
             ObservedSlice(profile=i.profile, start=i.start, gpu_instance_id=i.gi_id,
                           uuid=i.mig_uuid, allocated=bool(i.pods), pods=list(i.pods),
-                          processes=i.processes)
+                          processes=i.processes,
+                          mps=inner_mps.get(i.mig_uuid) if i.mig_uuid else None)
             for i in gpu.instances
         ],
         mps=mps,
@@ -134,7 +138,7 @@ def build_status(
     return NodePartitionStatus(
         observed_generation=generation,
         applied_plan_id=plan_id,
-        gpus=[observed_gpu(g, mps.get(g.info.uuid), timeslices.get(g.info.uuid))
+        gpus=[observed_gpu(g, mps.get(g.info.uuid), timeslices.get(g.info.uuid), mps)
               for g in observation.gpus],
         conditions=conditions,
     )

@@ -93,19 +93,8 @@ _LAST_START = max(m.memory_slices for m in catalogue.models()) - 1
 """The highest placement start any catalogued card has (its grid's last unit)."""
 
 
-class SliceSpec(_Model):
-    """One MIG GPU instance, with its placement: a profile at a start in memory slices."""
-
-    profile: str = Field(
-        min_length=1, max_length=32, pattern=r"^[0-9]+g\.[0-9]+gb([+-][a-z.]+)?$",
-        description="MIG profile as `tessera catalogue` names it, e.g. 1g.10gb, 1g.10gb+me, "
-        "1g.24gb+gfx, 1g.24gb+me.all or 1g.24gb-me.")
-    start: int = Field(ge=0, le=_LAST_START, description="First memory slice of the placement "
-                       "(NVML's units: 0..7 on 8-slice cards, 0..11 on the RTX PRO 6000).")
-
-
 class MpsSpec(_Model):
-    """Equal MPS shares of one GPU: each share is one allocatable device."""
+    """Equal MPS shares of one GPU or MIG device: each share is one allocatable device."""
 
     shares: int = Field(ge=1, le=catalogue.MPS_MAX_CLIENTS,
                         description="Number of clients (48 is MPS's limit through CUDA 13.0).")
@@ -115,6 +104,21 @@ class MpsSpec(_Model):
     memory_mi_b: int | None = Field(
         default=None, ge=1, alias="memoryMiB",
         description="CUDA_MPS_PINNED_DEVICE_MEM_LIMIT per share in MiB (default memory/shares).")
+
+
+class SliceSpec(_Model):
+    """One MIG GPU instance, with its placement: a profile at a start in memory slices."""
+
+    profile: str = Field(
+        min_length=1, max_length=32, pattern=r"^[0-9]+g\.[0-9]+gb([+-][a-z.]+)?$",
+        description="MIG profile as `tessera catalogue` names it, e.g. 1g.10gb, 1g.10gb+me, "
+        "1g.24gb+gfx, 1g.24gb+me.all or 1g.24gb-me.")
+    start: int = Field(ge=0, le=_LAST_START, description="First memory slice of the placement "
+                       "(NVML's units: 0..7 on 8-slice cards, 0..11 on the RTX PRO 6000).")
+    mps: MpsSpec | None = Field(
+        default=None, description="Run MPS inside this MIG device: its shares are advertised "
+        "as nvidia.com/mig-<profile>.shared instead of the slice itself (memory defaults to "
+        "the slice's memory / shares).")
 
 
 MAX_REPLICAS = 64
@@ -174,6 +178,14 @@ class MigModeStatus(_Tolerant):
     pending: bool
 
 
+class MpsStatus(_Tolerant):
+    shares: int
+    thread_percentage: int
+    memory_mi_b: int = Field(alias="memoryMiB")
+    daemon: Literal["Running", "Starting", "Failed", "Stopped"]
+    pipe_directory: str
+
+
 class ObservedSlice(_Tolerant):
     profile: str
     start: int
@@ -183,14 +195,8 @@ class ObservedSlice(_Tolerant):
     allocated: bool = Field(default=False, description="The kubelet gave it to a container.")
     pods: list[str] = Field(default_factory=list, description="namespace/name of its pods.")
     processes: int = Field(default=0, description="CUDA processes NVML sees on it.")
-
-
-class MpsStatus(_Tolerant):
-    shares: int
-    thread_percentage: int
-    memory_mi_b: int = Field(alias="memoryMiB")
-    daemon: Literal["Running", "Starting", "Failed", "Stopped"]
-    pipe_directory: str
+    mps: MpsStatus | None = Field(default=None, description="The MPS daemon inside this MIG "
+                                  "device, if one runs (the slice is then in use).")
 
 
 class TimesliceStatus(_Tolerant):

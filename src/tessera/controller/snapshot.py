@@ -42,7 +42,8 @@ def _gpu(gpu: ObservedGpu, reserve: Counter[str], last_change: float | None) -> 
     if gpu.mode == "mig":
         slices = []
         for item in sorted(gpu.slices, key=lambda s: s.start):
-            busy = item.allocated or item.processes > 0 or item.uuid is None
+            busy = (item.allocated or item.processes > 0 or item.uuid is None
+                    or item.mps is not None)  # its shares, not the slice, are offered
             resource = catalogue.mig_resource_name(item.profile)
             if not busy and reserve[resource] > 0:
                 reserve[resource] -= 1  # a bound pod whose allocation is not reported yet
