@@ -325,3 +325,50 @@ def test_a_pod_placed_on_a_slice_the_cluster_did_not_bear_out_is_planned_again()
         controller.tick()
         clock.now += 1
     assert recorder.released == [("ml/p", "node-b", "node-b", True)]
+
+
+L4_SHARING = {"metadata": {"name": "l4-sharing", "generation": 1},
+              "spec": {"nodeSelector": {"matchLabels": {"gpu": "l4"}}, "mode": "dynamic",
+                       "allowedModes": ["mps"],
+                       "mps": {"shares": 6, "threadPercentage": 16, "memoryMiB": 3800}}}
+
+
+def l4_partition(name: str, *, mode: str = "none", plan: str | None = None,
+                 applied: str | None = None) -> dict[str, Any]:
+    gpu: dict[str, Any] = {"index": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+                           "name": "NVIDIA L4", "pciDeviceId": "0x27B810DE", "mode": mode}
+    if mode == "mps":
+        gpu["mps"] = {"shares": 6, "threadPercentage": 16, "memoryMiB": 3800,
+                      "daemon": "Running", "pipeDirectory": "/run/tessera/mps/x/pipe"}
+    return {"metadata": {"name": name, "generation": 1},
+            "spec": {"planId": plan} if plan else {},
+            "status": {"appliedPlanId": applied, "gpus": [gpu]}}
+
+
+def test_share_pods_turn_an_idle_l4_into_mps_shares_with_the_policys_limits() -> None:
+    cache, recorder, controller, clock = setup()
+    cache.put("partitionpolicy", "ADDED", L4_SHARING)
+    l4 = node("l4-a")
+    l4["metadata"]["labels"]["gpu"] = "l4"
+    cache.put("node", "ADDED", l4)
+    cache.put("nodepartition", "ADDED", l4_partition("l4-a"))
+    for n in range(6):
+        cache.put("pod", "ADDED", pod(f"s{n}", "nvidia.com/gpu.shared"))
+    controller.tick()
+    clock.now += 4
+    controller.tick()
+    (written,) = [s for n, s in recorder.specs if n == "l4-a"]
+    (gpu,) = written.gpus
+    assert gpu.mode == "mps"
+    assert gpu.mps is not None
+    assert (gpu.mps.shares, gpu.mps.thread_percentage, gpu.mps.memory_mi_b) == (6, 16, 3800)
+    events = {e[0]: e for e in recorder.pod_events}
+    assert events["ml/s0"][1] == "Placed"
+    assert "sharing l4-a GPU 0" in events["ml/s0"][2]
+    cache.put("nodepartition", "MODIFIED", l4_partition(
+        "l4-a", mode="mps", plan=written.plan_id, applied=written.plan_id))
+    l4["status"]["allocatable"] = {"nvidia.com/gpu.shared": "6"}
+    cache.put("node", "MODIFIED", l4)
+    clock.now += 1
+    controller.tick()
+    assert sorted(r[0] for r in recorder.released) == [f"ml/s{n}" for n in range(6)]

@@ -287,6 +287,10 @@ class PartitionPolicySpec(_Model):
             ("self.mode != 'mps' || has(self.mps)", "mode mps needs mps"),
             ("self.mode != 'timeslice' || has(self.timeslice)",
              "mode timeslice needs timeslice"),
+            ("!has(self.allowedModes) || !self.allowedModes.exists(m, m == 'timeslice') || "
+             "has(self.timeslice)", "allowedModes timeslice needs timeslice (its replicas)"),
+            ("!has(self.allowedModes) || !self.allowedModes.exists(m, m == 'mps') || "
+             "has(self.mps)", "allowedModes mps needs mps (its shares)"),
         ),
     )
 
@@ -295,6 +299,11 @@ class PartitionPolicySpec(_Model):
     allowed_profiles: list[str] = Field(
         default_factory=list, description="Profiles the controller may create (dynamic); "
         "empty means every profile of the card.")
+    allowed_modes: list[Literal["mig", "mps", "timeslice"]] = Field(
+        default_factory=list, max_length=3, description="Dynamic: how the controller may share "
+        "cards. mig (the default when empty) splits MIG-capable cards; mps or timeslice also "
+        "turns an idle whole GPU (no MIG) into shares (nvidia.com/gpu.shared) when pods wait "
+        "for them, and back when every share is free. With both, mps is used.")
     static: list[StaticDeviceConfig] = Field(default_factory=list)
     mps: MpsSpec | None = None
     timeslice: TimesliceSpec | None = Field(

@@ -10,8 +10,16 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tessera.api.v1alpha1 import GpuSpec, NodePartition, NodePartitionSpec, SliceSpec
-from tessera.core.planner import Plan
+from tessera.api.v1alpha1 import (
+    GpuSpec,
+    MpsSpec,
+    NodePartition,
+    NodePartitionSpec,
+    PartitionPolicy,
+    SliceSpec,
+    TimesliceSpec,
+)
+from tessera.core.planner import GpuTarget, Plan
 
 __all__ = ["Decision", "PodDecision", "decide", "plan_id"]
 
@@ -46,12 +54,34 @@ def _merged(partition: NodePartition | None, changes: Mapping[int, GpuSpec]) -> 
     return sorted([*kept, *changes.values()], key=lambda g: (g.index is None, g.index or 0))
 
 
+def _switched_spec(target: GpuTarget, policy: PartitionPolicy | None) -> GpuSpec:
+    """A whole GPU the plan shares (with the policy's MPS limits or time-slicing settings)
+    or takes back whole."""
+    if target.mode == "none":
+        return GpuSpec(index=target.index, mode="none")
+    if target.sharing == "timeslice":
+        settings = policy.spec.timeslice if policy else None
+        return GpuSpec(index=target.index, mode="timeslice", timeslice=settings or TimesliceSpec(
+            replicas=target.shares))
+    limits = policy.spec.mps if policy else None
+    return GpuSpec(index=target.index, mode="mps", mps=limits or MpsSpec(shares=target.shares))
+
+
 def decide(plan: Plan, partitions: Mapping[str, NodePartition],
-           requests: Mapping[str, tuple[tuple[str, int], ...]], counter: int) -> Decision:
+           requests: Mapping[str, tuple[tuple[str, int], ...]], counter: int,
+           policies: Mapping[str, PartitionPolicy] | None = None) -> Decision:
+    """``policies``: each node's policy, whose sharing settings a shared GPU gets."""
+    policies = policies or {}
     decision = Decision()
     changes: dict[str, dict[int, GpuSpec]] = {}
     created_at: set[tuple[str, int, str, int]] = set()
+    switched: set[tuple[str, int]] = set()
     for target in plan.gpus:
+        if target.mode != "mig":
+            changes.setdefault(target.node, {})[target.index] = _switched_spec(
+                target, policies.get(target.node))
+            switched.add((target.node, target.index))
+            continue
         changes.setdefault(target.node, {})[target.index] = GpuSpec(
             index=target.index, mode="mig",
             slices=[SliceSpec(profile=s.profile, start=s.start) for s in sorted(target.slices)])
@@ -70,6 +100,10 @@ def decide(plan: Plan, partitions: Mapping[str, NodePartition],
             if item.profile is not None and item.start is not None and (
                     placement.node, item.gpu, item.profile, item.start) in created_at:
                 parts.append(f"creating {count}{what} on {placement.node} GPU {item.gpu}")
+                new = True
+            elif (placement.node, item.gpu) in switched:
+                how = "sharing" if item.resource.endswith(".shared") else "taking back whole"
+                parts.append(f"{how} {placement.node} GPU {item.gpu}: {count}{what}")
                 new = True
             else:
                 parts.append(f"free {count}{what} on {placement.node} GPU {item.gpu}")

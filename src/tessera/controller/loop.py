@@ -378,7 +378,9 @@ class Controller:
         seconds = time.perf_counter() - started
         state.counter += 1
         requests = {f"{p.namespace}/{p.name}": p.requests for p in pending}
-        decision = decide(result, partitions, requests, state.counter)
+        by_node = {name: found for name, node in nodes.items()
+                   if (found := policy_for(node_labels(node), policies)) is not None}
+        decision = decide(result, partitions, requests, state.counter, by_node)
         for node, spec in decision.specs.items():
             self._write(node, spec, partitions.get(node), "Repartition", now)
         for placed in decision.pods:

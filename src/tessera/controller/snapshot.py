@@ -16,6 +16,7 @@ from tessera.api.v1alpha1 import NodePartition, ObservedGpu, PartitionPolicy
 from tessera.controller.policies import policy_for
 from tessera.core import catalogue
 from tessera.core.planner import Gpu, GpuSlice, Node, Policy, Snapshot, Taint
+from tessera.core.planner.model import Sharing
 
 __all__ = ["build_snapshot", "node_labels"]
 
@@ -35,10 +36,19 @@ def _taints(node: RawNode) -> tuple[Taint, ...]:
     return tuple(taints)
 
 
+def _card_name(gpu: ObservedGpu) -> str:
+    """The catalogue name of a card (MIG-capable or not), else what NVML calls it."""
+    if gpu.model:
+        return gpu.model
+    pci = int(gpu.pci_device_id, 16) if gpu.pci_device_id else None
+    found = catalogue.find_card(gpu.name, pci)
+    return found.name if found is not None else gpu.name
+
+
 def _gpu(gpu: ObservedGpu, reserve: Counter[str], last_change: float | None) -> Gpu | None:
     if gpu.model is None and gpu.mode == "mig":
         return None
-    model = gpu.model or ""
+    model = _card_name(gpu)
     if gpu.mode == "mig":
         slices = []
         for item in sorted(gpu.slices, key=lambda s: s.start):
@@ -51,18 +61,36 @@ def _gpu(gpu: ObservedGpu, reserve: Counter[str], last_change: float | None) -> 
             slices.append(GpuSlice(profile=item.profile, start=item.start, in_use=busy))
         return Gpu(index=gpu.index, model=model, mode="mig", slices=tuple(slices),
                    last_change=last_change)
-    if not gpu.model:
-        return None
+    shares = 0
+    sharing: Sharing = "mps"
     if gpu.mode == "mps" and gpu.mps is not None:
-        held = min(gpu.mps.shares, reserve[catalogue.MPS_SHARED_RESOURCE])
+        shares = gpu.mps.shares
+    elif gpu.mode == "timeslice" and gpu.timeslice is not None:
+        if gpu.timeslice.resource != catalogue.MPS_SHARED_RESOURCE:
+            return None  # replicas named nvidia.com/gpu: not units the planner counts
+        shares, sharing = gpu.timeslice.replicas, "timeslice"
+    if shares:
+        held = min(shares, reserve[catalogue.MPS_SHARED_RESOURCE])
         reserve[catalogue.MPS_SHARED_RESOURCE] -= held
-        return Gpu(index=gpu.index, model=model, mode="mps", shares=gpu.mps.shares,
-                   shares_in_use=held, last_change=last_change)
+        return Gpu(index=gpu.index, model=model, mode="mps", shares=shares,
+                   shares_in_use=held, sharing=sharing, last_change=last_change)
     held_whole = reserve[catalogue.WHOLE_GPU_RESOURCE] > 0
     if held_whole:
         reserve[catalogue.WHOLE_GPU_RESOURCE] -= 1
     return Gpu(index=gpu.index, model=model, mode="none", in_use=held_whole,
                last_change=last_change)
+
+
+def _share_settings(policy: PartitionPolicy) -> tuple[Sharing | None, int]:
+    """The kind and number of shares a dynamic policy lets the planner make of a whole GPU."""
+    modes = set(policy.spec.allowed_modes)
+    if policy.spec.mode != "dynamic":
+        return None, 0
+    if "mps" in modes and policy.spec.mps is not None:
+        return "mps", policy.spec.mps.shares
+    if "timeslice" in modes and policy.spec.timeslice is not None:
+        return "timeslice", policy.spec.timeslice.replicas
+    return None, 0
 
 
 def build_snapshot(
@@ -101,6 +129,7 @@ def build_snapshot(
         gpus = [g for g in (_gpu(o, reserve, last_change.get((name, o.index)))
                             for o in partition.status.gpus if o.healthy) if g is not None]
         allowed = frozenset(policy.spec.allowed_profiles) or None
+        share, share_count = _share_settings(policy)
         planned.append(Node(
             name=name,
             labels=tuple(sorted(labels.items())),
@@ -111,6 +140,8 @@ def build_snapshot(
                 mode="dynamic" if policy.spec.mode == "dynamic" else "static",
                 allowed_profiles=allowed,
                 min_repartition_interval_s=float(policy.spec.min_repartition_interval_seconds),
+                share=share,
+                share_count=share_count,
             ),
         ))
     return Snapshot(nodes=tuple(planned), now=now)

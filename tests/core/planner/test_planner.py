@@ -287,7 +287,7 @@ class TestContract:
                                                             pod("p9", mig_7g_40gb=2)])
         data = plan_to_dict(result)
         assert data["gpus"] == [{"node": "node-a", "index": 0, "model": "A100-SXM4-40GB",
-                                 "slices": [{"profile": "1g.5gb", "start": 6}],
+                                 "mode": "mig", "slices": [{"profile": "1g.5gb", "start": 6}],
                                  "destroy": [], "create": [{"profile": "1g.5gb", "start": 6}]}]
         assert data["placements"] == [{"pod": "default/p1", "node": "node-a",
                                        "slices": [{"gpu": 0, "profile": "1g.5gb", "start": 6}]}]

@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Literal
 
 from tessera.core.errors import InvalidInputError
@@ -53,6 +54,7 @@ from tessera.core.planner.parse import parse_cluster, parse_pending, plan_to_dic
 from tessera.core.planner.problem import prepare
 from tessera.core.planner.reserve import DEFAULT_RESERVATIONS
 from tessera.core.planner.result import PlannerBug, assemble
+from tessera.core.planner.sharing import reshape
 
 __all__ = [
     "DEFAULT_MAX_GPUS",
@@ -104,9 +106,17 @@ def plan(
         raise InvalidInputError("solver", f"unknown solver {solver!r}", SOLVERS)
     if reservations < 0:
         raise InvalidInputError("reservations", f"must be 0 or more, not {reservations}")
-    problem = prepare(snapshot, pods, recent_demand)
+    reshaped = reshape(snapshot, pods)
+    problem = prepare(reshaped.snapshot, pods, recent_demand)
     if solver == "exact":
         outcome = solve_exact(problem, max_gpus=max_exact_gpus, reservations=reservations)
     else:
         outcome = solve_fast(problem, reservations)
-    return assemble(problem, outcome, solver)
+    result = assemble(problem, outcome, solver)
+    if not reshaped.switches:
+        return result
+    # A GPU switched for pods the solvers then put elsewhere stays as it was.
+    used = {(p.node, s.gpu) for p in result.placements for s in p.slices}
+    kept = tuple(t for t in reshaped.switches if (t.node, t.index) in used)
+    return replace(result, gpus=tuple(sorted((*result.gpus, *kept),
+                                             key=lambda t: (t.node, t.index))))

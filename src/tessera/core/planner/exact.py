@@ -60,14 +60,14 @@ def _layouts(info: GpuInfo, profiles: Sequence[str]) -> list[frozenset[Slice]]:
     options = sorted(info.current - info.in_use)
     options += sorted(
         {Slice(p, pl.start) for p in profiles if info.can_create(p)
-         for pl in info.model.profile(p).placements} - info.current
+         for pl in info.mig.profile(p).placements} - info.current
     )
     found: list[frozenset[Slice]] = []
 
     def extend(index: int, chosen: list[Slice]) -> None:
         found.append(frozenset(chosen))
         for nxt in range(index, len(options)):
-            if layout.conflict_with(info.model, chosen, options[nxt]) is None:
+            if layout.conflict_with(info.mig, chosen, options[nxt]) is None:
                 chosen.append(options[nxt])
                 extend(nxt + 1, chosen)
                 chosen.pop()
@@ -77,7 +77,7 @@ def _layouts(info: GpuInfo, profiles: Sequence[str]) -> list[frozenset[Slice]]:
 
 
 def _candidates(info: GpuInfo, resources: Sequence[str]) -> list[_Candidate]:
-    profiles = [profile_for(info.model, r) for r in resources]
+    profiles = [profile_for(info.mig, r) for r in resources]
     by_capacity: dict[tuple[int, ...], _Candidate] = {}
     for slices in _layouts(info, [p for p in profiles if p is not None]):
         free = slices - info.in_use
@@ -320,7 +320,7 @@ def _outcome(
                 for _ in range(on(var) if var is not None else 0):
                     info = problem.gpus[g]
                     if info.gpu.mode == "mig":
-                        profile = profile_for(info.model, resource)
+                        profile = profile_for(info.mig, resource)
                         assert profile is not None
                         item = pools[g][profile].pop(0)
                         locked[g].add(item)

@@ -266,8 +266,8 @@ class _Search:
             elif gpu.mode == "mps":
                 key = ("mps", gpu.shares - gpu.shares_in_use)
             else:
-                geometry = geometry_of(info.model.name)
-                name = info.model.name
+                geometry = geometry_of(info.model_name)
+                name = info.model_name
                 locked = masks.get((name, info.in_use))
                 if locked is None:
                     locked = masks[(name, info.in_use)] = geometry.to_mask(info.in_use)
@@ -297,7 +297,7 @@ class _Search:
         offers: dict[tuple[object, ...], tuple[str, ...]] = {}
         self.offers_by_gpu: list[tuple[str, ...]] = []
         for info in problem.gpus:
-            facts = (info.gpu.mode, info.model.name, info.free_profiles,
+            facts = (info.gpu.mode, info.model_name, info.free_profiles,
                      info.frozen_reason is None, info.allowed)
             found = offers.get(facts)
             if found is None:

@@ -7,7 +7,9 @@ them so pod specs need no change:
 
 - ``nvidia.com/mig-<profile>``: one MIG slice of that profile (the planner may create it);
 - ``nvidia.com/gpu``: one whole GPU, i.e. a GPU in mode ``none`` that nothing holds;
-- ``nvidia.com/gpu.shared``: one MPS share of a GPU in mode ``mps`` (shares are fixed per GPU).
+- ``nvidia.com/gpu.shared``: one share of a GPU in mode ``mps`` (an MPS share, or a
+  time-slicing replica: :attr:`Gpu.sharing` says which); a dynamic policy that allows sharing
+  lets the planner turn an idle whole GPU into shares and back (:mod:`.sharing`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "Plan",
     "PodPlacement",
     "Policy",
+    "Sharing",
     "Snapshot",
     "Taint",
     "Toleration",
@@ -44,6 +47,7 @@ MPS_SHARE_RESOURCE = MPS_SHARED_RESOURCE
 
 GpuMode = Literal["mig", "none", "mps"]
 PolicyMode = Literal["dynamic", "static"]
+Sharing = Literal["mps", "timeslice"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,8 @@ class Gpu:
     in_use: bool = False
     shares: int = 0
     shares_in_use: int = 0
+    sharing: Sharing = "mps"
+    """How a GPU in mode ``mps`` shares itself: MPS (limits per share) or time-slicing."""
     last_change: float | None = None
     """When its layout last changed (seconds, same clock as :attr:`Snapshot.now`)."""
 
@@ -94,6 +100,10 @@ class Policy:
     mode: PolicyMode = "dynamic"
     allowed_profiles: frozenset[str] | None = None
     min_repartition_interval_s: float = 0.0
+    share: Sharing | None = None
+    """Dynamic only: whole GPUs (no MIG) may be turned into ``share_count`` shares of this kind
+    when pods wait for ``nvidia.com/gpu.shared``, and back when every share is free."""
+    share_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -213,6 +223,10 @@ class GpuTarget:
     slices: tuple[Slice, ...]
     destroy: tuple[Slice, ...]
     create: tuple[Slice, ...]
+    mode: GpuMode = "mig"
+    """``none`` or ``mps`` for a whole GPU the plan shares or takes back (no slices then)."""
+    shares: int = 0
+    sharing: Sharing = "mps"
 
 
 @dataclass(frozen=True)

@@ -131,24 +131,37 @@ def _policy(value: object, path: str, default: Policy) -> Policy:
     interval = default.min_repartition_interval_s
     if "min_repartition_interval_s" in raw:
         interval = _number(raw["min_repartition_interval_s"], f"{path}.min_repartition_interval_s")
+    share = raw.get("share", default.share)
+    if share not in (None, "mps", "timeslice"):
+        raise InvalidInputError(f"{path}.share", f"unknown sharing {share!r}",
+                                ["mps", "timeslice"])
+    count = _int(raw.get("share_count", default.share_count), f"{path}.share_count")
+    if share is not None and count < 1:
+        raise InvalidInputError(f"{path}.share_count", "sharing needs share_count >= 1")
     return Policy(
         name=_str(raw.get("name", default.name), f"{path}.name"),
         mode="static" if mode == "static" else "dynamic",
         allowed_profiles=allowed,
         min_repartition_interval_s=interval,
+        share="mps" if share == "mps" else ("timeslice" if share == "timeslice" else None),
+        share_count=count if share else 0,
     )
 
 
 def _gpu(raw_value: object, path: str) -> Gpu:
     raw = _mapping(raw_value, path)
     index = _int(raw.get("index"), f"{path}.index")
-    model = catalogue.model(_str(raw.get("model"), f"{path}.model"), field_name=f"{path}.model")
     raw_slices = _list(raw.get("slices", []), f"{path}.slices")
     mode = raw.get("mode", "mig")
     if mode not in _MODES:
         raise InvalidInputError(f"{path}.mode", f"unknown mode {mode!r}", _MODES)
-    if mode != "mig" and raw_slices:
-        raise InvalidInputError(f"{path}.slices", f"a GPU in mode {mode!r} has no MIG slices")
+    if mode != "mig":  # any card serves whole or shared, MIG-capable or not (L4, T4 ...)
+        card = catalogue.card(_str(raw.get("model"), f"{path}.model"), field_name=f"{path}.model")
+        if raw_slices:
+            raise InvalidInputError(f"{path}.slices",
+                                    f"a GPU in mode {mode!r} has no MIG slices")
+        return _whole_gpu(raw, path, index, card.name, mode)
+    model = catalogue.model(_str(raw.get("model"), f"{path}.model"), field_name=f"{path}.model")
     slices = []
     for i, item in enumerate(raw_slices):
         entry = _mapping(item, f"{path}.slices[{i}]")
@@ -164,6 +177,13 @@ def _gpu(raw_value: object, path: str) -> Gpu:
             )
         )
     layout.check_layout(model, [s.slice for s in slices], field=f"{path}.slices")
+    last_change = raw.get("last_change")
+    return Gpu(
+        index=index, model=model.name, mode="mig", slices=tuple(slices),
+        last_change=None if last_change is None else _number(last_change, f"{path}.last_change"))
+
+
+def _whole_gpu(raw: Mapping[str, Any], path: str, index: int, model: str, mode: str) -> Gpu:
     shares = _int(raw.get("shares", 0), f"{path}.shares")
     shares_in_use = _int(raw.get("shares_in_use", 0), f"{path}.shares_in_use")
     if mode == "mps" and shares < 1:
@@ -173,9 +193,8 @@ def _gpu(raw_value: object, path: str) -> Gpu:
     last_change = raw.get("last_change")
     return Gpu(
         index=index,
-        model=model.name,
-        mode="mig" if mode == "mig" else ("none" if mode == "none" else "mps"),
-        slices=tuple(slices),
+        model=model,
+        mode="none" if mode == "none" else "mps",
         in_use=_bool(raw.get("in_use", False), f"{path}.in_use"),
         shares=shares,
         shares_in_use=shares_in_use,
@@ -375,9 +394,11 @@ def plan_to_dict(plan: Plan) -> dict[str, object]:
                 "node": g.node,
                 "index": g.index,
                 "model": g.model,
+                "mode": g.mode,
                 "slices": [{"profile": s.profile, "start": s.start} for s in g.slices],
                 "destroy": [{"profile": s.profile, "start": s.start} for s in g.destroy],
                 "create": [{"profile": s.profile, "start": s.start} for s in g.create],
+                **({"shares": g.shares, "sharing": g.sharing} if g.mode == "mps" else {}),
             }
             for g in plan.gpus
         ],

@@ -63,7 +63,8 @@ class GpuInfo:
     gid: int
     node: int
     gpu: Gpu
-    model: GpuModel
+    model: GpuModel | None
+    """The MIG model; None for a card without MIG (shared whole, by MPS or time-slicing)."""
     current: frozenset[Slice]
     in_use: frozenset[Slice]
     frozen_reason: str | None
@@ -71,12 +72,22 @@ class GpuInfo:
     free_profiles: frozenset[str]
     """Profiles of the slices that exist now and are not in use."""
 
+    @property
+    def model_name(self) -> str:
+        return self.gpu.model
+
+    @property
+    def mig(self) -> GpuModel:
+        """The MIG model, for code that only runs on MIG GPUs."""
+        assert self.model is not None, f"{self.gpu.model} has no MIG"
+        return self.model
+
     def offers(self, resource: str) -> bool:
         """Whether this GPU could ever supply one unit of ``resource`` (ignoring its state)."""
         mode = self.gpu.mode
         if mode != "mig":
             return resource == (WHOLE_GPU_RESOURCE if mode == "none" else MPS_SHARE_RESOURCE)
-        profile = _resource_map(self.model.name).get(resource)
+        profile = _resource_map(self.model_name).get(resource)
         if profile is None:
             return False
         return profile in self.free_profiles or self.can_create(profile)
@@ -177,8 +188,13 @@ def _eligibility(
 
 
 @cache
-def _model(name: str) -> GpuModel:
-    return catalogue.model(name)
+def _model(name: str, mode: str) -> GpuModel | None:
+    """The MIG model of a GPU; a GPU that is not in mode ``mig`` may be any card (its name is
+    only a label then), a MIG GPU must be a catalogued MIG model."""
+    if mode == "mig":
+        return catalogue.model(name)
+    found = catalogue.find_model(name)
+    return found
 
 
 def _layout_facts(
@@ -226,7 +242,7 @@ def prepare(snapshot: Snapshot, pods: Sequence[PendingPod],
                     gid=len(gpus),
                     node=n,
                     gpu=gpu,
-                    model=_model(gpu.model),
+                    model=_model(gpu.model, gpu.mode),
                     current=current,
                     in_use=in_use,
                     frozen_reason=_frozen_reason(gpu, node, snapshot.now),

@@ -57,7 +57,7 @@ def blocking(info: GpuInfo, resource: str) -> float | None:
         if resource != MPS_SHARE_RESOURCE or gpu.shares == 0:
             return None
         return 0.0 if gpu.shares_in_use < gpu.shares else 1.0 / gpu.shares
-    model = info.model
+    model = info.mig
     profile = profile_for(model, resource)
     if profile is None:
         return None

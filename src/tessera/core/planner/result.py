@@ -76,11 +76,11 @@ def _targets(problem: Problem, outcome: Outcome) -> list[GpuTarget]:
         if not info.in_use <= after.layout:
             raise PlannerBug(f"{where}: in-use slices {sorted(info.in_use - after.layout)} lost")
         ordered = tuple(sorted(after.layout, key=lambda s: (s.start, s.profile)))
-        key = (info.model.name, info.current, ordered)
+        key = (info.model_name, info.current, ordered)
         found = diffs.get(key)
         if found is None:
             try:
-                found = diffs[key] = layout.diff_layouts(info.model, info.current, ordered)
+                found = diffs[key] = layout.diff_layouts(info.mig, info.current, ordered)
             except InvalidInputError as exc:
                 found = diffs[key] = str(exc)
         if isinstance(found, str):
@@ -90,7 +90,7 @@ def _targets(problem: Problem, outcome: Outcome) -> list[GpuTarget]:
             GpuTarget(
                 node=problem.nodes[info.node].name,
                 index=info.gpu.index,
-                model=info.model.name,
+                model=info.model_name,
                 slices=ordered,
                 destroy=diff.destroy,
                 create=diff.create,
@@ -161,7 +161,7 @@ def assemble(problem: Problem, outcome: Outcome, solver: str) -> Plan:
 
 def _why_not(info: GpuInfo, after: GpuOutcome, resource: str,
              memo: dict[tuple[object, ...], object]) -> str | None:
-    key = (info.model.name, info.gpu.mode, info.frozen_reason, info.allowed, info.in_use, after,
+    key = (info.model_name, info.gpu.mode, info.frozen_reason, info.allowed, info.in_use, after,
            resource)
     if key not in memo:
         memo[key] = _why_not_uncached(info, after, resource)
@@ -177,16 +177,16 @@ def _why_not_uncached(info: GpuInfo, after: GpuOutcome, resource: str) -> str | 
         return None if after.whole_free else "whole GPUs are in use"
     if mode == "mps":
         return None if after.shares_free > 0 else "MPS GPUs have every share in use"
-    profile = profile_for(info.model, resource)
+    profile = profile_for(info.mig, resource)
     if profile is None:  # pragma: no cover - filtered by the caller
-        return f"{info.model.name} has no such profile"
+        return f"{info.model_name} has no such profile"
     if any(s.profile == profile for s in after.layout - after.locked):
         return None
     if info.frozen_reason is not None:
         return f"GPUs are frozen ({info.frozen_reason}) with no free {profile}"
     if not info.can_create(profile):
         return f"GPUs follow a policy that does not allow {profile}"
-    geometry = geometry_of(info.model.name)
+    geometry = geometry_of(info.model_name)
     candidates = geometry.by_profile[profile]
     in_use = geometry.aggregate(geometry.to_mask(info.in_use))
     if not any(geometry.fits(in_use, i) for i in candidates):
@@ -205,7 +205,7 @@ def _why_not_uncached(info: GpuInfo, after: GpuOutcome, resource: str) -> str | 
 def _could_offer(info: GpuInfo, resource: str) -> bool:
     """Whether the GPU's mode and model know ``resource`` at all (policy aside)."""
     if info.gpu.mode == "mig":
-        return profile_for(info.model, resource) is not None
+        return profile_for(info.mig, resource) is not None
     return info.offers(resource)
 
 
@@ -273,7 +273,7 @@ def explain(
     eligible_gpus = [g for n in pod.eligible for g in problem.node_gpus[n]]
     for resource, _ in pod.demand:
         if not any(problem.gpus[g].offers(resource) for g in eligible_gpus):
-            models = sorted({problem.gpus[g].model.name for g in eligible_gpus})
+            models = sorted({problem.gpus[g].model_name for g in eligible_gpus})
             anywhere = any(problem.gpus[g].offers(resource) for g in range(len(problem.gpus)))
             where = "no node's" if not anywhere else "no eligible node's"
             return (f"{where} GPUs can offer {_short(resource)} (eligible nodes' models: "

@@ -1,0 +1,93 @@
+"""Dynamic sharing: idle whole GPUs become shares when pods wait for them, and back."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.core.planner import (
+    MPS_SHARE_RESOURCE,
+    WHOLE_GPU_RESOURCE,
+    Gpu,
+    Node,
+    PendingPod,
+    Policy,
+    Snapshot,
+    plan,
+)
+
+SOLVERS = ["fast", "exact"]
+SHARING = Policy(name="l4", mode="dynamic", share="mps", share_count=6)
+
+
+def _l4(index: int, **fields: object) -> Gpu:
+    return Gpu(index=index, model="L4-24GB", mode="none", **fields)  # type: ignore[arg-type]
+
+
+def _cluster(*gpus: Gpu, policy: Policy = SHARING, now: float | None = 1000.0) -> Snapshot:
+    return Snapshot(nodes=(Node(name="l4-node", gpus=gpus, policy=policy),), now=now)
+
+
+def _pods(count: int, resource: str = MPS_SHARE_RESOURCE, start: int = 0) -> list[PendingPod]:
+    return [PendingPod("ml", f"p{start + i}", ((resource, 1),), creation_time=float(start + i))
+            for i in range(count)]
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+class TestSharing:
+    def test_six_share_pods_turn_one_idle_whole_gpu_into_six_shares(self, solver: str) -> None:
+        result = plan(_cluster(_l4(0), _l4(1)), _pods(6), solver)
+        (target,) = result.gpus
+        assert (target.index, target.mode, target.shares, target.sharing) == (0, "mps", 6, "mps")
+        assert len(result.placements) == 6
+        assert {s.gpu for p in result.placements for s in p.slices} == {0}
+
+    def test_a_seventh_pod_shares_a_second_gpu(self, solver: str) -> None:
+        result = plan(_cluster(_l4(0), _l4(1)), _pods(7), solver)
+        assert [(t.index, t.mode) for t in result.gpus] == [(0, "mps"), (1, "mps")]
+        assert len(result.placements) == 7
+
+    def test_free_shares_are_used_before_another_gpu_is_shared(self, solver: str) -> None:
+        shared = Gpu(index=0, model="L4-24GB", mode="mps", shares=6, shares_in_use=4)
+        result = plan(_cluster(shared, _l4(1)), _pods(2), solver)
+        assert result.gpus == ()
+        assert {s.gpu for p in result.placements for s in p.slices} == {0}
+
+    def test_a_whole_gpu_pod_takes_back_a_gpu_whose_shares_are_all_free(self, solver: str) -> None:
+        shared = Gpu(index=0, model="L4-24GB", mode="mps", shares=6, shares_in_use=0)
+        result = plan(_cluster(shared), _pods(1, WHOLE_GPU_RESOURCE), solver)
+        (target,) = result.gpus
+        assert (target.mode, target.shares) == ("none", 0)
+        assert result.placements[0].slices[0].resource == WHOLE_GPU_RESOURCE
+
+    def test_a_gpu_in_use_is_never_switched(self, solver: str) -> None:
+        held = Gpu(index=0, model="L4-24GB", mode="mps", shares=6, shares_in_use=6)
+        result = plan(_cluster(held, _l4(1, in_use=True)), [
+            *_pods(1), *_pods(1, WHOLE_GPU_RESOURCE, start=1)], solver)
+        assert result.gpus == ()
+        assert result.placements == ()
+
+    def test_the_policy_decides_whether_and_how_gpus_are_shared(self, solver: str) -> None:
+        unshared = plan(_cluster(_l4(0), policy=Policy(name="whole", mode="dynamic")),
+                        _pods(2), solver)
+        assert unshared.gpus == ()
+        assert len(unshared.unplaced) == 2
+        sliced = plan(_cluster(_l4(0), policy=Policy(name="ts", mode="dynamic",
+                                                      share="timeslice", share_count=4)),
+                      _pods(2), solver)
+        (target,) = sliced.gpus
+        assert (target.mode, target.shares, target.sharing) == ("mps", 4, "timeslice")
+
+    def test_a_gpu_changed_lately_waits_for_the_policys_interval(self, solver: str) -> None:
+        slow = Policy(name="l4", mode="dynamic", share="mps", share_count=6,
+                      min_repartition_interval_s=60)
+        recent = plan(_cluster(_l4(0, last_change=990.0), policy=slow), _pods(1), solver)
+        assert recent.gpus == ()
+        later = plan(_cluster(_l4(0, last_change=900.0), policy=slow), _pods(1), solver)
+        assert [t.mode for t in later.gpus] == ["mps"]
+
+    def test_a_gpu_switched_for_nothing_stays_as_it_was(self, solver: str) -> None:
+        # the share pod fits nowhere on this node (it asks 8 shares of a 6-share GPU)
+        result = plan(_cluster(_l4(0)), [PendingPod("ml", "wide", ((MPS_SHARE_RESOURCE, 8),))],
+                      solver)
+        assert result.gpus == ()
+        assert len(result.unplaced) == 1
