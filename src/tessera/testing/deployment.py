@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -24,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from tessera.api.v1alpha1 import GROUP, VERSION
 from tessera.nvml.sim.state import new_node_state
 from tessera.nvml.sim.store import write_new_state_file
+from tessera.testing import mps_control
 from tessera.testing.cluster import Cluster, Node, Process
 
 __all__ = ["CHART", "TesseraDeployment"]
@@ -75,6 +79,7 @@ class TesseraDeployment:
         self.nodes: dict[str, Node] = {}
         self.states: dict[str, Path] = {}
         self.controllers: list[Process] = []
+        self._mps_roots: list[Path] = []
 
     def helm(self, *args: str) -> str:
         result = subprocess.run(
@@ -110,23 +115,37 @@ class TesseraDeployment:
         subprocess.run([self.cluster.binaries["helm"], "--kubeconfig",
                         str(self.cluster.kubeconfig), "uninstall", "tessera", "-n",
                         self.namespace], capture_output=True, timeout=120, check=False)
+        for root in self._mps_roots:
+            mps_control.kill_registered(root / "daemons")
+            shutil.rmtree(root, ignore_errors=True)
 
     def add_gpu_node(self, name: str, labels: Mapping[str, str], models: Sequence[str],
-                     *, mig: bool = False, resync_s: float = 1.0) -> Node:
-        """A real kubelet with ``tessera agent`` beside it on a simulated node of ``models``."""
+                     *, mig: bool = False, resync_s: float = 1.0, mps: bool = False) -> Node:
+        """A real kubelet with ``tessera agent`` beside it on a simulated node of ``models``;
+        ``mps`` gives the agent MPS, with the stand-in ``nvidia-cuda-mps-control``."""
 
         def start_agent(node: Node) -> None:
             kubeconfig = self.agent_kubeconfig_for(node.name)
             state = node.root / "gpus.json"
             write_new_state_file(state, new_node_state(node.name, list(models), mig=mig))
             self.states[node.name] = state
+            extra: list[str] = []
+            env: dict[str, str] | None = None
+            if mps:
+                # Unix socket paths are short: the daemons' pipes live under /tmp.
+                root = Path(tempfile.mkdtemp(prefix="ts-mps-", dir="/tmp"))
+                self._mps_roots.append(root)
+                binary = mps_control.install(node.root / "bin")
+                extra = ["--mps-root", str(root), "--mps-control", str(binary)]
+                env = dict(os.environ)
+                env[mps_control.REGISTRY_ENV] = str(root / "daemons")
             node.spawn("agent", [
                 sys.executable, "-m", "tessera.cli.main", "agent", "--node-name", node.name,
                 "--kubeconfig", str(kubeconfig), "--nvml", f"sim:{state}",
                 "--plugin-dir", str(node.device_plugin_dir),
                 "--pod-resources-socket", str(node.pod_resources_socket),
                 "--resync-seconds", str(resync_s), "--metrics-port", "0",
-                "--log-level", "INFO"])
+                "--log-level", "INFO", *extra], env=env)
 
         node = self.cluster.add_node(name, labels=labels, hooks=[start_agent])
         self.nodes[name] = node

@@ -1,0 +1,92 @@
+"""Sharing cards without MIG, end to end: an L4 under a dynamic policy on a real control plane.
+
+The chart's admission policy gates the pods; the controller turns the idle L4 into MPS shares
+for six pods asking ``nvidia.com/gpu.shared``, the agent runs the (stand-in) MPS daemon and its
+plugin advertises the shares to the real kubelet, and every container gets its own limits. When
+they are gone, a pod asking for the whole card gets it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tessera.testing.cluster import Cluster
+from tessera.testing.deployment import TesseraDeployment
+
+from ._util import eventually
+
+NAMESPACE = "tessera"
+POOL = {"tessera.dev/pool": "l4"}
+SHARED = "nvidia.com/gpu.shared"
+GROUP, VERSION = "tessera.dev", "v1alpha1"
+
+
+@pytest.fixture(scope="module")
+def system(cluster: Cluster) -> Iterator[TesseraDeployment]:
+    running = TesseraDeployment(cluster, NAMESPACE)
+    running.install()
+    try:
+        running.add_gpu_node("l4-a", POOL, ["L4-24GB"], mps=True)
+        running.create_policy({
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PartitionPolicy",
+            "metadata": {"name": "l4-sharing"},
+            "spec": {"nodeSelector": {"matchLabels": POOL}, "mode": "dynamic",
+                     "allowedModes": ["mps"],
+                     "mps": {"shares": 6, "threadPercentage": 16, "memoryMiB": 3800}}})
+        running.start_controller("c1", "--batch-idle-seconds", "0.3",
+                                 "--batch-max-seconds", "2")
+        eventually(lambda: running.reported("l4-a"), 30, "NodePartition l4-a")
+        yield running
+    finally:
+        running.uninstall()
+
+
+def _pod(name: str, resource: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": "share"}},
+            "spec": {"nodeSelector": POOL, "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "main", "image": "registry.invalid/infer:1",
+                                     "resources": {"limits": {resource: "1"}}}]}}
+
+
+def _running(system: TesseraDeployment, names: set[str]) -> bool:
+    pods = system.core.list_namespaced_pod("default", label_selector="app=share").items
+    return {p.metadata.name for p in pods if p.status.phase == "Running"} >= names
+
+
+def _env(system: TesseraDeployment, pod: str) -> dict[str, str]:
+    created = [c for c in system.nodes["l4-a"].created_containers()
+               if c["pod"] == pod and c["container"] == "main"]
+    assert created, f"no container created for {pod}"
+    return dict(created[-1]["envs"])
+
+
+def test_six_pods_share_one_l4_by_mps_then_a_pod_gets_it_whole(
+        system: TesseraDeployment) -> None:
+    names = {f"share-{n}" for n in range(6)}
+    for name in sorted(names):
+        system.core.create_namespaced_pod("default", _pod(name, SHARED))
+    eventually(lambda: _running(system, names), 90, "six share pods Running")
+    (gpu,) = system.partition("l4-a")["status"]["gpus"]
+    assert gpu["mode"] == "mps"
+    assert gpu["mps"]["shares"] == 6
+    for name in names:
+        env = _env(system, name)
+        assert env["NVIDIA_VISIBLE_DEVICES"] == gpu["uuid"]
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "16"
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].endswith("=3800M")
+        assert env["CUDA_MPS_PIPE_DIRECTORY"] == gpu["mps"]["pipeDirectory"]
+
+    for name in names:
+        system.core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+    eventually(lambda: not system.core.list_namespaced_pod(
+        "default", label_selector="app=share").items, 60, "the share pods gone")
+    system.core.create_namespaced_pod("default", _pod("whole", "nvidia.com/gpu"))
+    eventually(lambda: _running(system, {"whole"}), 90, "the whole-card pod Running")
+    (gpu,) = system.partition("l4-a")["status"]["gpus"]
+    assert gpu["mode"] == "none"
+    assert _env(system, "whole")["NVIDIA_VISIBLE_DEVICES"] == gpu["uuid"]
+    system.core.delete_namespaced_pod("whole", "default", grace_period_seconds=0)
