@@ -6,13 +6,16 @@ running cluster.
 
 from __future__ import annotations
 
+import json
 import subprocess
+import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tessera.api.v1alpha1 import PartitionPolicySpec
 from tessera.testing.cluster._cluster import Binaries
 from tessera.testing.cluster.fixtures import require_binaries
 
@@ -89,3 +92,11 @@ def test_the_notes_say_what_to_do_next(binaries: Binaries) -> None:
     assert "kind: PartitionPolicy" in notes  # the example to apply
     assert "kubectl get nodepartitions" in notes
     assert "Uninstalling" in notes
+
+
+def test_the_default_policys_modes_are_the_crds() -> None:
+    """values.schema.json repeats the PartitionPolicy's mode enum; it must not drift."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    enum = schema["properties"]["defaultPolicy"]["properties"]["spec"]["properties"]["mode"]
+    modes = typing.get_args(PartitionPolicySpec.model_fields["mode"].annotation)
+    assert enum["enum"] == list(modes)
