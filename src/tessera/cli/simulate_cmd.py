@@ -17,8 +17,9 @@ from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tessera.core import catalogue
 from tessera.core.errors import InvalidInputError
-from tessera.sim.cluster import ClusterSpec, load_cluster
+from tessera.sim.cluster import SHORTHAND, ClusterSpec, load_cluster
 from tessera.sim.engine import RunResult, simulate
 from tessera.sim.policies import (
     DEFAULT_BATCH_WINDOW_S,
@@ -32,19 +33,24 @@ from tessera.sim.policies import (
     StaticPolicy,
 )
 from tessera.sim.report import render_class_table, render_table, write_report
+from tessera.sim.shared import SharedCluster, shared_policy
 from tessera.sim.static_mix import best_static_mix
 from tessera.sim.workload import (
     DEFAULT_MAX_DURATION_S,
     MAPPINGS,
     Job,
+    TraceRow,
     load_trace,
     offered_load,
     poisson,
     replay,
+    shared_request,
     synthetic,
 )
 
 DEFAULT_POLICIES = "dynamic,greedy,static:all-balanced,static:all-7g,fluid:gpu"
+SHARED_DEFAULT_POLICIES = "dynamic,static:timeslice-4,static:mps-4,whole,fluid:gpu"
+"""On GPUs without MIG (``--cluster 8x8xL4``)."""
 BUNDLED = "bundled"
 
 
@@ -104,6 +110,17 @@ def _workload(args: argparse.Namespace, cluster: ClusterSpec) -> tuple[tuple[Job
         rate = args.load * cluster.capacity / (600.0 * 2.6)  # mean compute of the default mix
         jobs = synthetic(random.Random(args.seed), args.pods, model, rate=rate)
         return jobs, max(j.arrival for j in jobs), f"synthetic, {args.pods} pods, seed {args.seed}"
+    rows, label = _rows(args)
+    if args.arrivals == "replay":
+        jobs = replay(rows, model, mapping=args.mapping, compress=args.compress,
+                      rate_scale=args.rate_scale, max_duration=args.max_duration)
+        return jobs, max(j.arrival for j in jobs) or 1.0, f"{label}, replayed"
+    jobs, window = poisson(rows, model, capacity=cluster.capacity, load=args.load,
+                           seed=args.seed, mapping=args.mapping, max_duration=args.max_duration)
+    return jobs, window, f"{label}, Poisson arrivals in trace order, seed {args.seed}"
+
+
+def _rows(args: argparse.Namespace) -> tuple[list[TraceRow], str]:
     if args.trace == BUNDLED:
         source = resources.files("tessera.sim") / "data" / "openb_default_sample.csv"
         with resources.as_file(source) as path:
@@ -114,13 +131,7 @@ def _workload(args: argparse.Namespace, cluster: ClusterSpec) -> tuple[tuple[Job
         label = str(args.trace)
     if not rows:
         raise InvalidInputError("--trace", f"{label} has no GPU pods")
-    if args.arrivals == "replay":
-        jobs = replay(rows, model, mapping=args.mapping, compress=args.compress,
-                      rate_scale=args.rate_scale, max_duration=args.max_duration)
-        return jobs, max(j.arrival for j in jobs) or 1.0, f"{label}, replayed"
-    jobs, window = poisson(rows, model, capacity=cluster.capacity, load=args.load,
-                           seed=args.seed, mapping=args.mapping, max_duration=args.max_duration)
-    return jobs, window, f"{label}, Poisson arrivals in trace order, seed {args.seed}"
+    return rows, label
 
 
 def _policy(name: str, cluster: ClusterSpec, args: argparse.Namespace) -> SimPolicy | None:
@@ -150,12 +161,54 @@ def _default_policies(cluster: ClusterSpec) -> str:
     return DEFAULT_POLICIES.replace("all-7g", whole)
 
 
+def _shared_cluster(text: str) -> SharedCluster | None:
+    """``NODESxGPUSxCARD`` for a card without MIG (``8x8xL4``); None for anything else."""
+    match = SHORTHAND.match(text)
+    if match is None or Path(text).exists():
+        return None
+    card = catalogue.find_card(match.group(3))
+    if not isinstance(card, catalogue.WholeGpu):
+        return None
+    nodes, per_node = int(match.group(1)), int(match.group(2))
+    if nodes < 1 or per_node < 1:
+        raise InvalidInputError("--cluster", "needs at least one node and one GPU")
+    return SharedCluster(card, nodes, per_node)
+
+
+def _shared_workload(args: argparse.Namespace, cluster: SharedCluster
+                     ) -> tuple[tuple[Job, ...], float, str]:
+    if args.trace == "synthetic":
+        raise InvalidInputError("--trace", "GPUs without MIG are simulated on openb traces "
+                                "(their shares of a GPU); give one, or 'bundled'")
+    rows, label = _rows(args)
+    if args.arrivals == "replay":
+        jobs = replay(rows, None, compress=args.compress, rate_scale=args.rate_scale,
+                      max_duration=args.max_duration, mapper=shared_request)
+        return jobs, max(j.arrival for j in jobs) or 1.0, f"{label}, replayed"
+    jobs, window = poisson(rows, None, capacity=cluster.capacity, load=args.load,
+                           seed=args.seed, max_duration=args.max_duration,
+                           mapper=shared_request)
+    return jobs, window, f"{label}, Poisson arrivals in trace order, seed {args.seed}"
+
+
 def run(args: argparse.Namespace) -> int:
-    cluster = load_cluster(args.cluster)
-    jobs, horizon, source = _workload(args, cluster)
-    names = [n.strip() for n in (args.policies or _default_policies(cluster)).split(",")
-             if n.strip()]
-    policies = [(n, _policy(n, cluster, args)) for n in names]
+    shared = _shared_cluster(args.cluster)
+    cluster: ClusterSpec | SharedCluster
+    policies: list[tuple[str, SimPolicy | None]]
+    if shared is not None:
+        cluster = shared
+        jobs, horizon, source = _shared_workload(args, shared)
+        names = [n.strip() for n in (args.policies or SHARED_DEFAULT_POLICIES).split(",")
+                 if n.strip()]
+        policies = [(n, shared_policy(n, shared, batch_window=args.batch_window,
+                                      capacity_lag=args.capacity_lag)) for n in names]
+    else:
+        mig = load_cluster(args.cluster)
+        cluster = mig
+        jobs, horizon, source = _workload(args, mig)
+        names = [n.strip() for n in (args.policies or _default_policies(mig)).split(",")
+                 if n.strip()]
+        policies = [(n, _policy(n, mig, args)) for n in names]
     results: list[RunResult] = []
     with Progress(TextColumn("{task.description:<22}"), BarColumn(), TimeElapsedColumn(),
                   disable=args.no_progress, console=None, transient=False) as bar:
@@ -166,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
                 bar.update(task, completed=done)
 
             if policy is None:
+                assert isinstance(cluster, ClusterSpec)
                 results.append(best_static_mix(cluster, jobs, horizon).result)
                 tick(1.0)
             else:

@@ -18,9 +18,9 @@ from tessera.core.layout import Slice
 from tessera.core.planner import parse_cluster
 from tessera.sim.workload import resolve_model
 
-__all__ = ["ClusterSpec", "GpuSpec", "NodeSpec", "load_cluster", "shorthand"]
+__all__ = ["SHORTHAND", "ClusterSpec", "GpuSpec", "NodeSpec", "load_cluster", "shorthand"]
 
-_SHORTHAND = re.compile(r"^(\d+)x(\d+)x(.+)$")
+SHORTHAND = re.compile(r"^(\d+)x(\d+)x(.+)$")
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def load_cluster(text: str) -> ClusterSpec:
     the simulated workload is the only one); GPUs in mode ``none`` or ``mps`` are refused,
     because the simulator models MIG only.
     """
-    match = _SHORTHAND.match(text)
+    match = SHORTHAND.match(text)
     if match and not Path(text).exists():
         count, per_node = int(match.group(1)), int(match.group(2))
         if count < 1 or per_node < 1:

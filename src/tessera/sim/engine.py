@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tessera.core.catalogue import MPS_SHARED_RESOURCE, WHOLE_GPU_RESOURCE
 from tessera.sim.policies import Layout, Shape, SimPolicy
 from tessera.sim.workload import Job
 
@@ -32,15 +33,25 @@ _DEPART, _START, _ARRIVE, _TICK, _SAMPLE = range(5)
 
 MULTI_GPU = "multi-GPU"
 """The size class of a pod that asks for more than one unit (several GPUs or slices)."""
+SHARE = "share"
+WHOLE = "whole"
 
 
 def size_class(job: Job) -> str:
     """``"<n>g"`` for a one-unit pod of n compute slices, :data:`MULTI_GPU` for the rest: the
-    classes a starvation check compares, since large pods are the ones a scheduler starves."""
+    classes a starvation check compares, since large pods are the ones a scheduler starves.
+    On GPUs without MIG: ``share`` (less than a GPU), ``whole`` (one GPU) or multi-GPU."""
+    resource = job.requests[0][0] if job.requests else ""
+    if resource == MPS_SHARED_RESOURCE:
+        return SHARE
+    if resource == WHOLE_GPU_RESOURCE:
+        return MULTI_GPU if job.units > 1 else WHOLE
     return MULTI_GPU if job.units > 1 else f"{job.compute}g"
 
 
 def _class_order(name: str) -> tuple[int, int]:
+    if name in (SHARE, WHOLE):
+        return (0, 0 if name == SHARE else 1)
     return (1, 0) if name == MULTI_GPU else (0, int(name.rstrip("g") or 0))
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import math
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -29,17 +29,24 @@ from tessera.core.errors import InvalidInputError
 __all__ = [
     "DEFAULT_MAX_DURATION_S",
     "MAPPINGS",
+    "MILLI",
     "Job",
+    "Mapper",
     "Mapping_",
     "TraceRow",
     "load_trace",
     "map_request",
+    "mig_mapper",
     "offered_load",
     "poisson",
     "replay",
     "resolve_model",
+    "shared_request",
     "synthetic",
 ]
+
+MILLI = 1000
+"""Milli-GPUs in one GPU: the unit of load on GPUs without MIG, as the traces give shares."""
 
 Mapping_ = Literal["both", "compute", "memory"]
 MAPPINGS: tuple[Mapping_, ...] = ("both", "compute", "memory")
@@ -137,19 +144,42 @@ def _compute_of(model: GpuModel, requests: Iterable[tuple[str, int]]) -> int:
     return sum(model.profile(p).compute_slices * n for p, n in requests)
 
 
-def _jobs(rows: Sequence[TraceRow], model: GpuModel, mapping: Mapping_,
+Mapper = Callable[[TraceRow], tuple[tuple[tuple[str, int], ...], int]]
+"""A trace row's requests and its compute (the unit of load)."""
+
+
+def mig_mapper(model: GpuModel, mapping: Mapping_ = "both") -> Mapper:
+    """Requests as MIG profiles of ``model`` (:func:`map_request`); compute in slices."""
+    def mapped(row: TraceRow) -> tuple[tuple[tuple[str, int], ...], int]:
+        requests = (map_request(row.num_gpu, row.gpu_milli, model, mapping),)
+        return requests, _compute_of(model, requests)
+    return mapped
+
+
+def shared_request(row: TraceRow) -> tuple[tuple[tuple[str, int], ...], int]:
+    """Requests on a cluster of GPUs without MIG, in milli-GPUs: a pod asking less than one
+    GPU asks ``nvidia.com/gpu.shared`` sized in milli (each policy turns that into its shares
+    or replicas), one asking whole GPUs asks ``nvidia.com/gpu``; compute is milli-GPUs."""
+    if row.num_gpu > 1 or row.gpu_milli >= MILLI:
+        count = max(1, row.num_gpu)
+        return ((catalogue.WHOLE_GPU_RESOURCE, count),), MILLI * count
+    milli = max(1, row.gpu_milli)
+    return ((catalogue.MPS_SHARED_RESOURCE, milli),), milli
+
+
+def _jobs(rows: Sequence[TraceRow], mapper: Mapper,
           arrivals: Sequence[float], durations: Sequence[float]) -> tuple[Job, ...]:
     out = []
     for i, (row, at, lasting) in enumerate(zip(rows, arrivals, durations, strict=True)):
-        profile, count = map_request(row.num_gpu, row.gpu_milli, model, mapping)
-        requests = ((profile, count),)
-        out.append(Job(i, row.name, at, lasting, requests, _compute_of(model, requests)))
+        requests, compute = mapper(row)
+        out.append(Job(i, row.name, at, lasting, requests, compute))
     return tuple(out)
 
 
-def replay(rows: Sequence[TraceRow], model: GpuModel, *, mapping: Mapping_ = "both",
+def replay(rows: Sequence[TraceRow], model: GpuModel | None, *, mapping: Mapping_ = "both",
            compress: float = 1.0, rate_scale: float = 1.0,
-           max_duration: float = DEFAULT_MAX_DURATION_S) -> tuple[Job, ...]:
+           max_duration: float = DEFAULT_MAX_DURATION_S,
+           mapper: Mapper | None = None) -> tuple[Job, ...]:
     """The trace's own timestamps, from the first creation on.
 
     ``compress`` divides every time (gaps and durations: the same load, sooner); ``rate_scale``
@@ -162,12 +192,21 @@ def replay(rows: Sequence[TraceRow], model: GpuModel, *, mapping: Mapping_ = "bo
     start = rows[0].creation
     arrivals = [(r.creation - start) / compress / rate_scale for r in rows]
     durations = [min(r.duration, max_duration) / compress for r in rows]
-    return _jobs(rows, model, mapping, arrivals, durations)
+    return _jobs(rows, _mapper(model, mapping, mapper), arrivals, durations)
 
 
-def poisson(rows: Sequence[TraceRow], model: GpuModel, *, capacity: int, load: float,
+def _mapper(model: GpuModel | None, mapping: Mapping_, mapper: Mapper | None) -> Mapper:
+    if mapper is not None:
+        return mapper
+    if model is None:
+        raise ValueError("a MIG model or a mapper is needed")
+    return mig_mapper(model, mapping)
+
+
+def poisson(rows: Sequence[TraceRow], model: GpuModel | None, *, capacity: int, load: float,
             seed: int, mapping: Mapping_ = "both",
-            max_duration: float = DEFAULT_MAX_DURATION_S) -> tuple[tuple[Job, ...], float]:
+            max_duration: float = DEFAULT_MAX_DURATION_S,
+            mapper: Mapper | None = None) -> tuple[tuple[Job, ...], float]:
     """Poisson arrivals in trace order at the rate that offers ``load``; returns the window too.
 
     Offered load = demand (compute slices x duration, summed) / (``capacity`` compute slices x
@@ -178,9 +217,8 @@ def poisson(rows: Sequence[TraceRow], model: GpuModel, *, capacity: int, load: f
     if load <= 0 or capacity <= 0:
         raise InvalidInputError("--load", "load and capacity must be positive")
     durations = [min(r.duration, max_duration) for r in rows]
-    demand = sum(
-        _compute_of(model, (map_request(r.num_gpu, r.gpu_milli, model, mapping),)) * d
-        for r, d in zip(rows, durations, strict=True))
+    mapped = _mapper(model, mapping, mapper)
+    demand = sum(mapped(r)[1] * d for r, d in zip(rows, durations, strict=True))
     window = demand / (load * capacity)
     rng = random.Random(seed)
     gaps = [rng.expovariate(1.0) for _ in range(len(rows) + 1)]
@@ -189,7 +227,7 @@ def poisson(rows: Sequence[TraceRow], model: GpuModel, *, capacity: int, load: f
     for gap in gaps[:-1]:
         t += gap * scale
         arrivals.append(t)
-    return _jobs(rows, model, mapping, arrivals, durations), window
+    return _jobs(rows, mapped, arrivals, durations), window
 
 
 def offered_load(jobs: Sequence[Job], capacity: int, window: float) -> float:

@@ -6,16 +6,19 @@ allows sharing (:attr:`Policy.share`), this pass decides, before the solvers run
 whole GPUs become ``share_count`` shares and which shared GPUs with every share free become
 whole again, so that both solvers (fast and exact) plan on the same reshaped cluster.
 
-The rule, in the planner's order (priority, then arrival): a pod asking for shares takes free
-shares on a node it may run on, or, failing that, turns one idle whole GPU there into shares;
-a pod asking for whole GPUs takes idle whole ones, or, failing that, takes back shared GPUs
-whose shares are all free. Switching never touches a GPU in use (a pod holds it or one of its
-shares) and obeys the policy's minimum interval between changes, as a MIG repartition does.
-Nothing here places a pod: the solvers do, on the result.
+The rule, in the planner's order (priority, then arrival), one node per pod as the solvers place
+it: a pod asking for shares takes free shares on a node it may run on, or, failing that, turns
+idle whole GPUs there into shares; a pod asking for whole GPUs takes idle whole ones, or,
+failing that, takes back shared GPUs whose shares are all free; of the nodes that can hold the
+pod, the one needing the fewest switches wins. A pod no node can hold switches nothing.
+Switching never touches a GPU in use (a pod holds it or one of its shares) and obeys the
+policy's minimum interval between changes, as a MIG repartition does. Nothing here places a pod:
+the solvers do, on the result.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -66,41 +69,76 @@ class _Pass:
         self.whole_free = [[g.mode == "none" and not g.in_use for g in row] for row in self.gpus]
         self.switched: dict[tuple[int, int], Gpu] = {}
 
-    def take_share(self, fits: list[int]) -> None:
-        for n in fits:  # free shares first, the fullest GPU first: shared GPUs fill up
-            row = [i for i, free in enumerate(self.shares_free[n]) if free > 0]
-            if row:
-                best = min(row, key=lambda i: (self.shares_free[n][i], i))
-                self.shares_free[n][best] -= 1
-                return
-        for n in fits:
-            policy = self.nodes[n].policy
-            for i, gpu in enumerate(self.gpus[n]):
-                if (self.whole_free[n][i] and (n, i) not in self.switched
-                        and _switchable(gpu, self.nodes[n], self.now)):
-                    assert policy.share is not None
-                    self.switched[(n, i)] = replace(
-                        gpu, mode="mps", shares=policy.share_count, shares_in_use=0,
-                        sharing=policy.share, in_use=False)
-                    self.whole_free[n][i] = False
-                    self.shares_free[n][i] = policy.share_count - 1
-                    return
+    def _convertible(self, n: int, to: str) -> list[int]:
+        """GPUs of node ``n`` that may switch: idle whole ones (``to`` shares) or shared ones
+        with every share free (``to`` whole)."""
+        node = self.nodes[n]
+        found = []
+        for i, gpu in enumerate(self.gpus[n]):
+            if (n, i) in self.switched or not _switchable(gpu, node, self.now):
+                continue
+            idle = self.whole_free[n][i] if to == "shares" else (
+                gpu.mode == "mps" and self.shares_free[n][i] == gpu.shares)
+            if idle:
+                found.append(i)
+        return found
 
-    def take_whole(self, fits: list[int]) -> None:
+    def take_shares(self, fits: list[int], units: int) -> None:
+        """``units`` shares on one node: free ones (the fullest shared GPUs first), then idle
+        whole GPUs turned into shares; the node needing the fewest switches wins. A pod no
+        node can hold takes nothing (the solvers will say why)."""
+        best: tuple[int, int] | None = None
         for n in fits:
-            for i, free in enumerate(self.whole_free[n]):
-                if free:
-                    self.whole_free[n][i] = False
-                    return
+            free = sum(self.shares_free[n])
+            count = self.nodes[n].policy.share_count
+            need = 0 if free >= units else math.ceil((units - free) / count) if count else -1
+            if need < 0 or need > len(self._convertible(n, "shares")):
+                continue
+            if best is None or need < best[0]:
+                best = (need, n)
+        if best is None:
+            return
+        need, n = best
+        policy = self.nodes[n].policy
+        for i in self._convertible(n, "shares")[:need]:
+            assert policy.share is not None
+            self.switched[(n, i)] = replace(
+                self.gpus[n][i], mode="mps", shares=policy.share_count, shares_in_use=0,
+                sharing=policy.share, in_use=False)
+            self.whole_free[n][i] = False
+            self.shares_free[n][i] = policy.share_count
+        left = units
+        while left:
+            row = [i for i, free in enumerate(self.shares_free[n]) if free > 0]
+            i = min(row, key=lambda i: (self.shares_free[n][i], i))
+            taken = min(left, self.shares_free[n][i])
+            self.shares_free[n][i] -= taken
+            left -= taken
+
+    def take_whole(self, fits: list[int], units: int) -> None:
+        """``units`` whole GPUs on one node: idle ones, then shared ones with every share free
+        taken back; the node needing the fewest switches wins."""
+        best: tuple[int, int] | None = None
         for n in fits:
-            for i, gpu in enumerate(self.gpus[n]):
-                if (gpu.mode == "mps" and (n, i) not in self.switched
-                        and self.shares_free[n][i] == gpu.shares
-                        and _switchable(gpu, self.nodes[n], self.now)):
-                    self.switched[(n, i)] = replace(gpu, mode="none",
-                                                    shares=0, shares_in_use=0, in_use=False)
-                    self.shares_free[n][i] = 0
-                    return
+            free = sum(self.whole_free[n])
+            need = max(0, units - free)
+            if need > len(self._convertible(n, "whole")):
+                continue
+            if best is None or need < best[0]:
+                best = (need, n)
+        if best is None:
+            return
+        need, n = best
+        for i in self._convertible(n, "whole")[:need]:
+            self.switched[(n, i)] = replace(self.gpus[n][i], mode="none", shares=0,
+                                            shares_in_use=0, in_use=False)
+            self.shares_free[n][i] = 0
+            self.whole_free[n][i] = True
+        left = units
+        for i, free in enumerate(self.whole_free[n]):
+            if free and left:
+                self.whole_free[n][i] = False
+                left -= 1
 
 
 def reshape(snapshot: Snapshot, pods: Sequence[PendingPod]) -> Reshaped:
@@ -110,10 +148,10 @@ def reshape(snapshot: Snapshot, pods: Sequence[PendingPod]) -> Reshaped:
     for pod in ordered:
         wants = pod.request_map
         fits = [n for n, node in enumerate(state.nodes) if rejection(pod, node) is None]
-        for _ in range(wants.get(MPS_SHARE_RESOURCE, 0)):
-            state.take_share(fits)
-        for _ in range(wants.get(WHOLE_GPU_RESOURCE, 0)):
-            state.take_whole(fits)
+        if wants.get(MPS_SHARE_RESOURCE, 0):
+            state.take_shares(fits, wants[MPS_SHARE_RESOURCE])
+        if wants.get(WHOLE_GPU_RESOURCE, 0):
+            state.take_whole(fits, wants[WHOLE_GPU_RESOURCE])
     if not state.switched:
         return Reshaped(snapshot, ())
     targets = []
