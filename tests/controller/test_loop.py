@@ -372,3 +372,32 @@ def test_share_pods_turn_an_idle_l4_into_mps_shares_with_the_policys_limits() ->
     clock.now += 1
     controller.tick()
     assert sorted(r[0] for r in recorder.released) == [f"ml/s{n}" for n in range(6)]
+
+
+def test_a_static_policy_may_run_mps_inside_its_slices() -> None:
+    cache = ClusterCache()
+    recorder = Recorder(cache)
+    clock = Clock()
+    controller = Controller(cache, recorder, clock=clock, wall_clock=clock)
+    cache.put("partitionpolicy", "ADDED", {
+        "metadata": {"name": "inner-mps", "generation": 1},
+        "spec": {"nodeSelector": {"matchLabels": {"gpu": "a100"}}, "mode": "static",
+                 "static": [{"migDevices": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2},
+                             "mpsDevices": {"3g.40gb": {"shares": 3}}}]}})
+    cache.put("node", "ADDED", node("node-a"))
+    cache.put("nodepartition", "ADDED", partition("node-a", []))
+    controller.tick()
+    (written,) = recorder.specs
+    slices = {(s.profile, s.mps.shares if s.mps else None) for s in written[1].gpus[0].slices}
+    assert slices == {("3g.40gb", 3), ("2g.20gb", None), ("1g.10gb", None)}
+    cache.put("nodepartition", "MODIFIED", partition(
+        "node-a", [], plan=written[1].plan_id, applied=written[1].plan_id))
+    cache.put("partitionpolicy", "MODIFIED", {
+        "metadata": {"name": "inner-mps", "generation": 2},
+        "spec": {"nodeSelector": {"matchLabels": {"gpu": "a100"}}, "mode": "static",
+                 "static": [{"migDevices": {"1g.10gb": 7},
+                             "mpsDevices": {"3g.40gb": {"shares": 3}}}]}})
+    controller.tick()
+    (_, status) = recorder.policy_statuses[-1]
+    assert "mpsDevices.3g.40gb: no slice of this profile in migDevices" in (
+        status.conditions[0].message)

@@ -90,3 +90,51 @@ def test_six_pods_share_one_l4_by_mps_then_a_pod_gets_it_whole(
     assert gpu["mode"] == "none"
     assert _env(system, "whole")["NVIDIA_VISIBLE_DEVICES"] == gpu["uuid"]
     system.core.delete_namespaced_pod("whole", "default", grace_period_seconds=0)
+
+
+INNER = {"tessera.dev/pool": "a100-inner"}
+INNER_SHARED = "nvidia.com/mig-3g.40gb.shared"
+
+
+def test_mps_inside_a_3g_slice_serves_three_pods_beside_mig_pods(
+        system: TesseraDeployment) -> None:
+    """A static policy runs MPS inside the A100's 3g.40gb; its three shares and the card's
+    other slices serve pods side by side."""
+    system.add_gpu_node("a100-inner", INNER, ["A100-80GB"], mig=True, mps=True)
+    system.create_policy({
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PartitionPolicy",
+        "metadata": {"name": "inner-mps"},
+        "spec": {"nodeSelector": {"matchLabels": INNER}, "mode": "static",
+                 "static": [{"migDevices": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2},
+                             "mpsDevices": {"3g.40gb": {"shares": 3}}}]}})
+    eventually(lambda: system.reported("a100-inner"), 30, "NodePartition a100-inner")
+
+    def inner_slice() -> dict[str, Any] | None:
+        gpus = system.partition("a100-inner")["status"]["gpus"]
+        found = [s for s in gpus[0].get("slices", []) if s["profile"] == "3g.40gb"]
+        return found[0] if found and found[0].get("mps") else None
+
+    inner = eventually(inner_slice, 60, "the 3g.40gb running MPS")
+    names = {f"inner-{n}" for n in range(3)} | {"plain-0", "plain-1"}
+    for n in range(3):
+        body = _pod(f"inner-{n}", INNER_SHARED)
+        body["spec"]["nodeSelector"] = INNER
+        system.core.create_namespaced_pod("default", body)
+    for n in range(2):
+        body = _pod(f"plain-{n}", "nvidia.com/mig-1g.10gb")
+        body["spec"]["nodeSelector"] = INNER
+        system.core.create_namespaced_pod("default", body)
+    created = system.nodes["a100-inner"].created_containers
+    eventually(lambda: _running(system, names), 90, "three share pods and two MIG pods Running")
+    for n in range(3):
+        env = [c for c in created() if c["pod"] == f"inner-{n}"][-1]["envs"]
+        assert env["NVIDIA_VISIBLE_DEVICES"] == inner["uuid"]
+        assert env["CUDA_MPS_PIPE_DIRECTORY"] == inner["mps"]["pipeDirectory"]
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "33"
+    plain = {[c for c in created() if c["pod"] == f"plain-{n}"][-1]["envs"][
+        "NVIDIA_VISIBLE_DEVICES"] for n in range(2)}
+    assert len(plain) == 2
+    assert inner["uuid"] not in plain
+    assert all(uuid.startswith("MIG-") for uuid in plain)
+    for name in names:
+        system.core.delete_namespaced_pod(name, "default", grace_period_seconds=0)

@@ -25,8 +25,7 @@ from tessera.core import catalogue
 from tessera.kubelet.health import XidFilter, record_xid
 from tessera.kubelet.inventory import Inventory, MpsShare, PluginDevice
 
-__all__ = ["MPS_SHARED_RESOURCE", "Advertiser", "MpsAdvert", "TimesliceAdvert", "devices_for",
-           "shared_mig_resource_name"]
+__all__ = ["MPS_SHARED_RESOURCE", "Advertiser", "MpsAdvert", "TimesliceAdvert", "devices_for"]
 
 MPS_SHARED_RESOURCE = catalogue.MPS_SHARED_RESOURCE
 
@@ -47,12 +46,6 @@ class TimesliceAdvert:
     resource: str
 
 
-def shared_mig_resource_name(profile: str) -> str:
-    """MPS shares of a MIG device: ``nvidia.com/mig-<profile>.shared``, the name NVIDIA's
-    plugin gives a shared MIG device (``renameByDefault``)."""
-    return catalogue.mig_resource_name(profile) + ".shared"
-
-
 def devices_for(gpu: GpuObservation, mps: Mapping[str, MpsAdvert] | None = None,
                 withheld: frozenset[str] = frozenset(),
                 timeslice: TimesliceAdvert | None = None) -> dict[str, list[PluginDevice]]:
@@ -68,7 +61,8 @@ def devices_for(gpu: GpuObservation, mps: Mapping[str, MpsAdvert] | None = None,
                 continue
             inner = daemons.get(instance.mig_uuid)
             if inner is not None:
-                resources.setdefault(shared_mig_resource_name(instance.profile), []).extend(
+                name = catalogue.shared_mig_resource_name(instance.profile)
+                resources.setdefault(name, []).extend(
                     PluginDevice.mps_share(instance.mig_uuid, n, info.uuid, info.index,
                                            inner.share) for n in range(inner.shares))
                 continue

@@ -276,6 +276,9 @@ class StaticDeviceConfig(_Model):
     mig_enabled: bool = True
     mig_devices: dict[str, int] = Field(
         default_factory=dict, description="profile -> count; Tessera computes the placements.")
+    mps_devices: dict[str, MpsSpec] = Field(
+        default_factory=dict, description="profile -> MPS shares: every slice of that profile "
+        "runs its own MPS daemon and is offered as nvidia.com/mig-<profile>.shared.")
 
 
 class PartitionPolicySpec(_Model):

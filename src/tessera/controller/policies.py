@@ -62,8 +62,15 @@ def _static_gpu(policy: PartitionPolicy, gpu: ObservedGpu, index: int) -> GpuSpe
         model = catalogue.model(gpu.model)
         placed = layout.layout_for_counts(
             model, entry.mig_devices, field=f"spec.static[{position}].migDevices")
+        for name in entry.mps_devices:
+            if model.profile(name, field_name=f"spec.static[{position}].mpsDevices.{name}"
+                             ).name not in {s.profile for s in placed}:
+                raise InvalidInputError(f"spec.static[{position}].mpsDevices.{name}",
+                                        "no slice of this profile in migDevices")
+        inner = {model.profile(n).name: m for n, m in entry.mps_devices.items()}
         return GpuSpec(index=gpu.index, mode="mig", slices=[
-            SliceSpec(profile=s.profile, start=s.start) for s in sorted(placed)])
+            SliceSpec(profile=s.profile, start=s.start, mps=inner.get(s.profile))
+            for s in sorted(placed)])
     return None
 
 

@@ -52,8 +52,14 @@ def _gpu(gpu: ObservedGpu, reserve: Counter[str], last_change: float | None) -> 
     if gpu.mode == "mig":
         slices = []
         for item in sorted(gpu.slices, key=lambda s: s.start):
-            busy = (item.allocated or item.processes > 0 or item.uuid is None
-                    or item.mps is not None)  # its shares, not the slice, are offered
+            if item.mps is not None:  # its shares, not the slice, are offered
+                shared = catalogue.shared_mig_resource_name(item.profile)
+                held = min(item.mps.shares, max(0, reserve[shared]))
+                reserve[shared] -= held
+                slices.append(GpuSlice(profile=item.profile, start=item.start, in_use=True,
+                                       shares=item.mps.shares, shares_in_use=held))
+                continue
+            busy = item.allocated or item.processes > 0 or item.uuid is None
             resource = catalogue.mig_resource_name(item.profile)
             if not busy and reserve[resource] > 0:
                 reserve[resource] -= 1  # a bound pod whose allocation is not reported yet
@@ -124,7 +130,7 @@ def build_snapshot(
         reserve: Counter[str] = Counter(claimed.get(name, {}))
         for observed in partition.status.gpus:
             for item in observed.slices:
-                if item.allocated:
+                if item.allocated and item.mps is None:
                     reserve[catalogue.mig_resource_name(item.profile)] -= 1
         gpus = [g for g in (_gpu(o, reserve, last_change.get((name, o.index)))
                             for o in partition.status.gpus if o.healthy) if g is not None]

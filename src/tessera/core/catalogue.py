@@ -42,6 +42,7 @@ __all__ = [
     "model",
     "models",
     "profile_name_from_resource",
+    "shared_mig_resource_name",
     "variant_of",
     "whole_gpus",
 ]
@@ -423,6 +424,16 @@ def find_model(name: str, pci_device_id: int | None = None) -> GpuModel | None:
 def mig_resource_name(profile_name: str) -> str:
     """``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me``, as NVIDIA's device plugin names it."""
     return MIG_RESOURCE_PREFIX + profile_name.replace("+", ".")
+
+
+SHARED_SUFFIX = ".shared"
+"""What NVIDIA's plugin appends to a shared device's resource (``renameByDefault``)."""
+
+
+def shared_mig_resource_name(profile: str) -> str:
+    """MPS shares of a MIG device: ``nvidia.com/mig-<profile>.shared``, the name NVIDIA's
+    plugin gives a shared MIG device (``renameByDefault``)."""
+    return mig_resource_name(profile) + SHARED_SUFFIX
 
 
 def profile_name_from_resource(resource: str) -> str:

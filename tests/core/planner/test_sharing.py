@@ -7,7 +7,9 @@ import pytest
 from tessera.core.planner import (
     MPS_SHARE_RESOURCE,
     WHOLE_GPU_RESOURCE,
+    AssignedSlice,
     Gpu,
+    GpuSlice,
     Node,
     PendingPod,
     Policy,
@@ -91,3 +93,44 @@ class TestSharing:
                       solver)
         assert result.gpus == ()
         assert len(result.unplaced) == 1
+
+
+MIG_SHARED = "nvidia.com/mig-3g.40gb.shared"
+
+
+def _a100_with_inner_mps(held: int) -> Snapshot:
+    gpu = Gpu(index=0, model="A100-80GB", mode="mig", slices=(
+        GpuSlice("3g.40gb", 4, in_use=True, shares=3, shares_in_use=held),
+        GpuSlice("1g.10gb", 0)))
+    return Snapshot(nodes=(Node(name="a100", gpus=(gpu,),
+                                policy=Policy(name="static", mode="static")),))
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+class TestSharesOfMigSlices:
+    def test_free_shares_of_a_slice_running_mps_go_to_pods_oldest_first(
+            self, solver: str) -> None:
+        pods = [PendingPod("ml", f"s{n}", ((MIG_SHARED, 1),), creation_time=float(n))
+                for n in range(3)]
+        result = plan(_a100_with_inner_mps(held=1), pods, solver)
+        assert [p.pod for p in result.placements] == ["ml/s0", "ml/s1"]
+        assert result.placements[0].slices == (
+            AssignedSlice(0, MIG_SHARED, "3g.40gb", 4, count=1),)
+        (unplaced,) = result.unplaced
+        assert unplaced.pod == "ml/s2"
+        assert "no node it may run on has 1 x mig-3g.40gb.shared free" in unplaced.reason
+        assert result.gpus == (), "the planner never reshapes a slice running MPS"
+
+    def test_plain_slices_beside_it_are_planned_as_ever(self, solver: str) -> None:
+        pods = [PendingPod("ml", "inner", ((MIG_SHARED, 2),)),
+                PendingPod("ml", "plain", (("nvidia.com/mig-1g.10gb", 1),))]
+        result = plan(_a100_with_inner_mps(held=0), pods, solver)
+        assert sorted(p.pod for p in result.placements) == ["ml/inner", "ml/plain"]
+        inner = next(p for p in result.placements if p.pod == "ml/inner")
+        assert inner.slices == (AssignedSlice(0, MIG_SHARED, "3g.40gb", 4, count=2),)
+
+    def test_shares_asked_with_other_resources_are_refused_with_the_reason(
+            self, solver: str) -> None:
+        pods = [PendingPod("ml", "mixed", ((MIG_SHARED, 1), ("nvidia.com/mig-1g.10gb", 1)))]
+        (unplaced,) = plan(_a100_with_inner_mps(held=0), pods, solver).unplaced
+        assert "together with other GPU resources" in unplaced.reason

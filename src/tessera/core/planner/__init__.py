@@ -55,6 +55,7 @@ from tessera.core.planner.problem import prepare
 from tessera.core.planner.reserve import DEFAULT_RESERVATIONS
 from tessera.core.planner.result import PlannerBug, assemble
 from tessera.core.planner.sharing import reshape
+from tessera.core.planner.slice_shares import place_slice_shares
 
 __all__ = [
     "DEFAULT_MAX_GPUS",
@@ -106,6 +107,8 @@ def plan(
         raise InvalidInputError("solver", f"unknown solver {solver!r}", SOLVERS)
     if reservations < 0:
         raise InvalidInputError("reservations", f"must be 0 or more, not {reservations}")
+    shares = place_slice_shares(snapshot, pods)
+    pods = shares.rest
     reshaped = reshape(snapshot, pods)
     problem = prepare(reshaped.snapshot, pods, recent_demand)
     if solver == "exact":
@@ -113,6 +116,9 @@ def plan(
     else:
         outcome = solve_fast(problem, reservations)
     result = assemble(problem, outcome, solver)
+    if shares.placements or shares.unplaced:
+        result = replace(result, placements=(*shares.placements, *result.placements),
+                         unplaced=(*shares.unplaced, *result.unplaced))
     if not reshaped.switches:
         return result
     # A GPU switched for pods the solvers then put elsewhere stays as it was.

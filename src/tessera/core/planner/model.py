@@ -57,6 +57,10 @@ class GpuSlice:
     profile: str
     start: int
     in_use: bool = False
+    shares: int = 0
+    """MPS shares of a slice running its own daemon (then it is in use as a slice, and its
+    shares are ``nvidia.com/mig-<profile>.shared``); 0 for a plain slice."""
+    shares_in_use: int = 0
 
     @property
     def slice(self) -> Slice:
