@@ -178,6 +178,13 @@ def test_mps_starts_on_a_whole_gpu_and_stops_when_the_mode_changes() -> None:
     assert back.steps == [StopMps(0, whole.gpus[0].info.uuid)]
 
 
+def test_mps_does_not_start_under_processes_already_on_the_gpu() -> None:
+    spec = node_spec(GpuSpec(index=0, mode="mps", mps=MpsSpec(shares=4)))
+    busy = NodeObservation((gpu(mig=False, model=None, processes=2),))
+    assert plan_node(spec, busy).gpus[0].blocked == [
+        "GPU 0 is used by 2 CUDA process(es); MPS starts once it is idle"]
+
+
 def _timeslice(replicas: int, rename: bool = True) -> NodePartitionSpec:
     return node_spec(GpuSpec(index=0, mode="timeslice", timeslice=TimesliceSpec(
         replicas=replicas, rename_by_default=rename)))

@@ -394,6 +394,11 @@ def plan_gpu(spec_index: int, spec: GpuSpec, observed: NodeObservation,
                     f"GPU {gpu.index}: new MPS settings wait until no pod holds a share "
                     f"({', '.join(gpu.pods)})")
                 return plan
+            if running is None and gpu.busy:
+                # a process that started outside MPS would keep running outside its limits
+                plan.blocked.append(f"GPU {gpu.index} is used by {gpu.users()}; MPS starts "
+                                    "once it is idle")
+                return plan
             plan.steps.append(StartMps(gpu.index, gpu.info.uuid, mps.shares,
                                        mps.thread_percentage, mps.memory_mib))
     _stop_mps_before_destroy(plan, mps_running)
