@@ -94,3 +94,6 @@ def test_simulate_compares_sharing_policies_on_an_l4_cluster(
                              "fluid:gpu"]
     assert figures["dynamic"]["placed"] >= figures["static:timeslice-4"]["placed"]
     assert figures["dynamic"]["repartitions"] > 0
+    page = (tmp_path / "r.html").read_text()
+    assert "<title>share@" in page, "the report draws shared GPUs' shares over time"
+    assert "<title>whole@0" in page

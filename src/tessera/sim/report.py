@@ -22,7 +22,8 @@ _COLUMNS = ("policy", "placed", "on arrival", "served", "mean wait", "p95 wait",
 _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
             "#7f7f7f", "#bcbd22", "#17becf")
 _PROFILE_COLOUR = {"1": "#4e79a7", "2": "#f28e2b", "3": "#59a14f", "4": "#e15759",
-                   "7": "#76b7b2"}
+                   "7": "#76b7b2", "share": "#edc948", "whole": "#76b7b2"}
+"""By compute slices for MIG profiles; GPUs without MIG draw their shares (or the whole GPU)."""
 
 
 def _cells(r: RunResult) -> tuple[str, ...]:
@@ -115,7 +116,8 @@ def _layout_svg(samples: Sequence[tuple[float, Layout]], horizon: float,
         x = plot_w * begin / (horizon or 1.0)
         w = max(0.5, plot_w * (end - begin) / (horizon or 1.0))
         for profile, start, size, held in shown:
-            colour = _PROFILE_COLOUR.get(profile.split("g", 1)[0], "#bab0ac")
+            colour = _PROFILE_COLOUR.get(profile, _PROFILE_COLOUR.get(
+                profile.split("g", 1)[0], "#bab0ac"))
             parts.append(f'<rect x="{x:.1f}" y="{start * row:.1f}" width="{w:.1f}" '
                          f'height="{size * row - 1:.1f}" fill="{colour}" '
                          f'fill-opacity="{1.0 if held else 0.3}"><title>'
@@ -138,7 +140,8 @@ def write_report(path: Path, results: Sequence[RunResult], *, title: str,
         "<h2>Compute running over time (share of the cluster)</h2>",
         _utilisation_svg(results),
         "<h2>GPU layouts over time</h2><p>Each strip is one GPU: time to the right, memory "
-        "slices 0-7 downwards; solid while a pod holds the slice, pale while free.</p>",
+        "slices 0-7 downwards (on a GPU without MIG: the whole GPU, or its shares); solid "
+        "while a pod holds the slice or share, pale while free.</p>",
     ]
     for r in results:
         if not r.layouts:

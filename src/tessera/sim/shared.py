@@ -31,6 +31,7 @@ from tessera.core.planner import Gpu, Node, PendingPod, Policy, Snapshot, plan
 from tessera.sim.policies import (
     DEFAULT_BATCH_WINDOW_S,
     DEFAULT_CAPACITY_LAG_S,
+    Layout,
     Queues,
     Schedule,
     Shape,
@@ -137,6 +138,18 @@ class _Cards(SimPolicy):
             if len(free) >= count:
                 return free[:count]
         return None
+
+    def layout(self, gpu: int) -> Layout | None:
+        """For the report's strips: a whole GPU is one band; a shared one a band per share
+        (the held ones first), drawn on the report's 8 rows."""
+        if gpu >= len(self.shared):
+            return None
+        if not self.shared[gpu]:
+            return (("whole", 0, 8, not self.whole_free[gpu]),)
+        shown = min(self.ways, 8)
+        size = 8 // shown
+        held = round((self.ways - self.free[gpu]) * shown / self.ways)
+        return tuple(("share", i * size, size, i < held) for i in range(shown))
 
     def unusable_free(self, shapes: Sequence[Shape]) -> int:
         """Free milli no waiting pod can use: shares of a GPU fewer than the smallest waiting
