@@ -524,3 +524,24 @@ def test_shares_of_a_slice_cannot_ask_for_more_than_its_memory(
     assert invalid.status == "True"
     assert ("spec.gpus[0].slices[2].mps.memoryMiB: 3 shares x 20000 MiB exceed 3g.40gb's "
             "40192 MiB") in invalid.message
+
+
+@pytest.mark.parametrize("agent_node", [["L4-24GB"]], indirect=True)
+def test_memory_sized_shares_are_advertised_under_their_own_resource(
+    agent_node: AgentNode, manager: MpsManager,
+) -> None:
+    reconciler = Reconciler(agent_node.runtime, manager)
+    sized = MpsSpec.model_validate({"shares": 2, "memoryMiB": 8192,
+                                    "resource": "nvidia.com/gpu.shared-8gb"})
+    result = reconciler.reconcile(partition(GpuSpec(index=0, mode="mps", mps=sized)))
+    assert next(c for c in result.status.conditions if c.type == "Applied").status == "True"
+    assert result.status.gpus[0].mps is not None
+    assert result.status.gpus[0].mps.resource == "nvidia.com/gpu.shared-8gb"
+    agent_node.kubelet.wait_until(
+        lambda k: k.allocatable().get("nvidia.com/gpu.shared-8gb") == 2
+        and not k.allocatable().get("nvidia.com/gpu.shared"), timeout=10,
+        what="two 8 GiB shares")
+    pod = Pod("ml", "eight", (Container("main", {"nvidia.com/gpu.shared-8gb": 1}),))
+    agent_node.kubelet.admit(pod)
+    envs = agent_node.kubelet.run_options(pod, "main").envs
+    assert envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].endswith("=8192M")

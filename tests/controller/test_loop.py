@@ -401,3 +401,25 @@ def test_a_static_policy_may_run_mps_inside_its_slices() -> None:
     (_, status) = recorder.policy_statuses[-1]
     assert "mpsDevices.3g.40gb: no slice of this profile in migDevices" in (
         status.conditions[0].message)
+
+
+def test_memory_sized_share_pods_get_gpus_cut_into_shares_of_that_size() -> None:
+    cache, recorder, controller, clock = setup()
+    sized = {"metadata": {"name": "l4-sized", "generation": 1},
+             "spec": {"nodeSelector": {"matchLabels": {"gpu": "l4"}}, "mode": "dynamic",
+                      "allowedModes": ["mps"], "mps": {"shares": 4},
+                      "shareSizesGiB": [8]}}
+    cache.put("partitionpolicy", "ADDED", sized)
+    l4 = node("l4-a")
+    l4["metadata"]["labels"]["gpu"] = "l4"
+    cache.put("node", "ADDED", l4)
+    cache.put("nodepartition", "ADDED", l4_partition("l4-a"))
+    cache.put("pod", "ADDED", pod("big", "nvidia.com/gpu.shared-8gb"))
+    controller.tick()
+    clock.now += 4
+    controller.tick()
+    (written,) = [s for n, s in recorder.specs if n == "l4-a"]
+    (gpu,) = written.gpus
+    assert gpu.mps is not None
+    assert (gpu.mps.shares, gpu.mps.memory_mi_b, gpu.mps.resource) == (
+        2, 8192, "nvidia.com/gpu.shared-8gb")

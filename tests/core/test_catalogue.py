@@ -433,3 +433,15 @@ def test_cards_without_mig_are_not_mig_models() -> None:
     assert len(names) == len(set(names))
     ids = [i for c in (*catalogue.models(), *catalogue.whole_gpus()) for i in c.pci_device_ids]
     assert len(ids) == len(set(ids)), "a PCI id names one card"
+
+
+def test_memory_sized_share_resources_are_named_and_read_back() -> None:
+    assert catalogue.shared_resource() == "nvidia.com/gpu.shared"
+    assert catalogue.shared_resource(8) == "nvidia.com/gpu.shared-8gb"
+    assert catalogue.share_size_gib("nvidia.com/gpu.shared-8gb") == 8
+    assert catalogue.share_size_gib("nvidia.com/gpu.shared") is None
+    assert catalogue.share_size_gib("nvidia.com/gpu.shared-0gb") is None
+    assert catalogue.is_gpu_share("nvidia.com/gpu.shared-12gb")
+    assert not catalogue.is_gpu_share("nvidia.com/mig-1g.10gb.shared")
+    assert catalogue.shares_of(23034, 8) == 2
+    assert catalogue.shares_of(1_000_000, 1) == catalogue.MPS_MAX_CLIENTS

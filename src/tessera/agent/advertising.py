@@ -35,6 +35,9 @@ class MpsAdvert:
     """A running MPS daemon's shares, as the device plugin hands them to containers."""
 
     shares: int
+    resource: str
+    """What a whole GPU's shares are advertised as (a MIG device's are always
+    ``nvidia.com/mig-<profile>.shared``)."""
     share: MpsShare
 
 
@@ -69,7 +72,7 @@ def devices_for(gpu: GpuObservation, mps: Mapping[str, MpsAdvert] | None = None,
             resources.setdefault(catalogue.mig_resource_name(instance.profile), []).append(
                 PluginDevice.mig(instance.mig_uuid, info.uuid, info.index))
     elif whole is not None:
-        resources[MPS_SHARED_RESOURCE] = [
+        resources[whole.resource] = [
             PluginDevice.mps_share(info.uuid, n, info.uuid, info.index, whole.share)
             for n in range(whole.shares)]
     elif timeslice is not None:

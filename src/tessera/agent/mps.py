@@ -48,6 +48,7 @@ from typing import Literal
 from tessera.agent.advertising import MpsAdvert
 from tessera.agent.reconcile import StartMps, StopMps
 from tessera.api.v1alpha1 import MpsStatus
+from tessera.core.catalogue import MPS_SHARED_RESOURCE
 from tessera.core.errors import BackendError, InvalidInputError
 from tessera.kubelet.inventory import MpsShare
 
@@ -84,11 +85,13 @@ class MpsSettings:
     shares: int
     thread_percentage: int
     memory_mib: int
+    resource: str = MPS_SHARED_RESOURCE
+    """What the shares are advertised as (whole GPUs: plain or memory-sized)."""
 
     @classmethod
     def from_step(cls, step: StartMps) -> MpsSettings:
         settings = cls(step.gpu, step.uuid, step.shares, step.thread_percentage,
-                       step.memory_mib)
+                       step.memory_mib, step.resource)
         settings.validate()
         return settings
 
@@ -107,13 +110,15 @@ class MpsSettings:
     def to_json(self) -> str:
         return json.dumps({"gpu": self.gpu, "uuid": self.uuid, "shares": self.shares,
                            "threadPercentage": self.thread_percentage,
-                           "memoryMiB": self.memory_mib}, indent=2) + "\n"
+                           "memoryMiB": self.memory_mib, "resource": self.resource},
+                          indent=2) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> MpsSettings:
         raw = json.loads(text)
         settings = cls(int(raw["gpu"]), str(raw["uuid"]), int(raw["shares"]),
-                       int(raw["threadPercentage"]), int(raw["memoryMiB"]))
+                       int(raw["threadPercentage"]), int(raw["memoryMiB"]),
+                       str(raw.get("resource", MPS_SHARED_RESOURCE)))
         settings.validate()
         return settings
 
@@ -521,7 +526,7 @@ class MpsManager:
             return {uuid: MpsStatus(
                 shares=d.settings.shares, thread_percentage=d.settings.thread_percentage,
                 memoryMiB=d.settings.memory_mib, daemon=self._state(d),
-                pipe_directory=str(self.directories(uuid).pipe))
+                pipe_directory=str(self.directories(uuid).pipe), resource=d.settings.resource)
                 for uuid, d in sorted(self._daemons.items())}
 
     def adverts(self) -> dict[str, MpsAdvert]:
@@ -535,7 +540,7 @@ class MpsManager:
             for uuid, d in sorted(self._daemons.items()):
                 if self._state(d) != "Running":
                     continue
-                adverts[uuid] = MpsAdvert(d.settings.shares, MpsShare(
+                adverts[uuid] = MpsAdvert(d.settings.shares, d.settings.resource, MpsShare(
                     pipe_directory=str(self.directories(uuid).pipe),
                     pinned_memory_mib=d.settings.memory_mib,
                     active_thread_percentage=d.settings.thread_percentage,

@@ -90,6 +90,7 @@ class StartMps:
     shares: int
     thread_percentage: int
     memory_mib: int
+    resource: str = catalogue.MPS_SHARED_RESOURCE
 
     def __str__(self) -> str:
         where = f" in {self.uuid}" if self.uuid.startswith("MIG-") else ""
@@ -144,6 +145,7 @@ class MpsTarget:
     shares: int
     thread_percentage: int
     memory_mib: int
+    resource: str = catalogue.MPS_SHARED_RESOURCE
 
 
 @dataclass
@@ -203,7 +205,8 @@ def _mps_target(spec: GpuSpec, where: str, gpu: GpuObservation) -> MpsTarget:
             f"{where}.mps.memoryMiB",
             f"{shares} shares x {memory} MiB exceed GPU {gpu.index}'s "
             f"{gpu.info.memory_total_mib} MiB; lower memoryMiB or shares")
-    return MpsTarget(shares, threads, memory)
+    return MpsTarget(shares, threads, memory,
+                     spec.mps.resource or catalogue.MPS_SHARED_RESOURCE)
 
 
 def _plan_mig(plan: GpuPlan, gpu: GpuObservation, model: catalogue.GpuModel,
@@ -400,7 +403,7 @@ def plan_gpu(spec_index: int, spec: GpuSpec, observed: NodeObservation,
                                     "once it is idle")
                 return plan
             plan.steps.append(StartMps(gpu.index, gpu.info.uuid, mps.shares,
-                                       mps.thread_percentage, mps.memory_mib))
+                                       mps.thread_percentage, mps.memory_mib, mps.resource))
     _stop_mps_before_destroy(plan, mps_running)
     return plan
 

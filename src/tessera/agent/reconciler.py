@@ -42,7 +42,7 @@ class ReconcileResult:
 
 
 def _running(status: dict[str, MpsStatus]) -> dict[str, MpsTarget]:
-    return {uuid: MpsTarget(s.shares, s.thread_percentage, s.memory_mi_b)
+    return {uuid: MpsTarget(s.shares, s.thread_percentage, s.memory_mi_b, s.resource)
             for uuid, s in status.items()}
 
 

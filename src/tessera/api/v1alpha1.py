@@ -104,6 +104,10 @@ class MpsSpec(_Model):
     memory_mi_b: int | None = Field(
         default=None, ge=1, alias="memoryMiB",
         description="CUDA_MPS_PINNED_DEVICE_MEM_LIMIT per share in MiB (default memory/shares).")
+    resource: str | None = Field(
+        default=None, pattern=r"^nvidia\.com/gpu\.shared(-[1-9][0-9]*gb)?$",
+        description="Whole GPUs only: the resource the shares are advertised as, "
+        "nvidia.com/gpu.shared (default) or memory-sized nvidia.com/gpu.shared-<N>gb.")
 
 
 class SliceSpec(_Model):
@@ -182,6 +186,7 @@ class MpsStatus(_Tolerant):
     shares: int
     thread_percentage: int
     memory_mi_b: int = Field(alias="memoryMiB")
+    resource: str = catalogue.MPS_SHARED_RESOURCE
     daemon: Literal["Running", "Starting", "Failed", "Stopped"]
     pipe_directory: str
 
@@ -302,6 +307,11 @@ class PartitionPolicySpec(_Model):
     allowed_profiles: list[str] = Field(
         default_factory=list, description="Profiles the controller may create (dynamic); "
         "empty means every profile of the card.")
+    share_sizes_gib: list[int] = Field(
+        default_factory=list, alias="shareSizesGiB", max_length=8,
+        description="Dynamic sharing by MPS: memory-sized shares offered besides the plain "
+        "ones, in GiB; a GPU is turned into nvidia.com/gpu.shared-<N>gb shares of N GiB (as "
+        "many as its memory holds) when pods wait for that resource.")
     allowed_modes: list[Literal["mig", "mps", "timeslice"]] = Field(
         default_factory=list, max_length=3, description="Dynamic: how the controller may share "
         "cards. mig (the default when empty) splits MIG-capable cards; mps or timeslice also "

@@ -19,6 +19,7 @@ from tessera.api.v1alpha1 import (
     SliceSpec,
     TimesliceSpec,
 )
+from tessera.core.catalogue import WHOLE_GPU_RESOURCE, share_size_gib
 from tessera.core.planner import GpuTarget, Plan
 
 __all__ = ["Decision", "PodDecision", "decide", "plan_id"]
@@ -63,6 +64,11 @@ def _switched_spec(target: GpuTarget, policy: PartitionPolicy | None) -> GpuSpec
         settings = policy.spec.timeslice if policy else None
         return GpuSpec(index=target.index, mode="timeslice", timeslice=settings or TimesliceSpec(
             replicas=target.shares))
+    size = share_size_gib(target.share_resource)
+    if size is not None:  # memory-sized: N GiB pinned per share, threads split evenly
+        return GpuSpec(index=target.index, mode="mps", mps=MpsSpec.model_validate({
+            "shares": target.shares, "memoryMiB": size * 1024,
+            "resource": target.share_resource}))
     limits = policy.spec.mps if policy else None
     return GpuSpec(index=target.index, mode="mps", mps=limits or MpsSpec(shares=target.shares))
 
@@ -102,7 +108,8 @@ def decide(plan: Plan, partitions: Mapping[str, NodePartition],
                 parts.append(f"creating {count}{what} on {placement.node} GPU {item.gpu}")
                 new = True
             elif (placement.node, item.gpu) in switched:
-                how = "sharing" if item.resource.endswith(".shared") else "taking back whole"
+                how = ("taking back whole" if item.resource == WHOLE_GPU_RESOURCE
+                       else "sharing")
                 parts.append(f"{how} {placement.node} GPU {item.gpu}: {count}{what}")
                 new = True
             else:

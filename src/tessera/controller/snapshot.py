@@ -76,10 +76,13 @@ def _gpu(gpu: ObservedGpu, reserve: Counter[str], last_change: float | None) -> 
             return None  # replicas named nvidia.com/gpu: not units the planner counts
         shares, sharing = gpu.timeslice.replicas, "timeslice"
     if shares:
-        held = min(shares, reserve[catalogue.MPS_SHARED_RESOURCE])
-        reserve[catalogue.MPS_SHARED_RESOURCE] -= held
+        resource = gpu.mps.resource if gpu.mode == "mps" and gpu.mps is not None else (
+            catalogue.MPS_SHARED_RESOURCE)
+        held = min(shares, max(0, reserve[resource]))
+        reserve[resource] -= held
         return Gpu(index=gpu.index, model=model, mode="mps", shares=shares,
-                   shares_in_use=held, sharing=sharing, last_change=last_change)
+                   shares_in_use=held, sharing=sharing, share_resource=resource,
+                   last_change=last_change)
     held_whole = reserve[catalogue.WHOLE_GPU_RESOURCE] > 0
     if held_whole:
         reserve[catalogue.WHOLE_GPU_RESOURCE] -= 1
@@ -148,6 +151,7 @@ def build_snapshot(
                 min_repartition_interval_s=float(policy.spec.min_repartition_interval_seconds),
                 share=share,
                 share_count=share_count,
+                share_sizes_gib=tuple(policy.spec.share_sizes_gib) if share == "mps" else (),
             ),
         ))
     return Snapshot(nodes=tuple(planned), now=now)

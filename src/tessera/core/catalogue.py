@@ -38,11 +38,15 @@ __all__ = [
     "expected_profile_name",
     "find_card",
     "find_model",
+    "is_gpu_share",
     "mig_resource_name",
     "model",
     "models",
     "profile_name_from_resource",
+    "share_size_gib",
     "shared_mig_resource_name",
+    "shared_resource",
+    "shares_of",
     "variant_of",
     "whole_gpus",
 ]
@@ -424,6 +428,33 @@ def find_model(name: str, pci_device_id: int | None = None) -> GpuModel | None:
 def mig_resource_name(profile_name: str) -> str:
     """``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me``, as NVIDIA's device plugin names it."""
     return MIG_RESOURCE_PREFIX + profile_name.replace("+", ".")
+
+
+def shared_resource(size_gib: int | None = None) -> str:
+    """The resource of a GPU's shares: ``nvidia.com/gpu.shared`` (NVIDIA's name, equal shares
+    of the card) or, memory-sized, ``nvidia.com/gpu.shared-<N>gb`` (shares of N GiB each)."""
+    return MPS_SHARED_RESOURCE if size_gib is None else f"{MPS_SHARED_RESOURCE}-{size_gib}gb"
+
+
+def share_size_gib(resource: str) -> int | None:
+    """N of ``nvidia.com/gpu.shared-<N>gb``; None for any other resource."""
+    prefix = MPS_SHARED_RESOURCE + "-"
+    if resource.startswith(prefix) and resource.endswith("gb"):
+        digits = resource[len(prefix):-2]
+        if digits.isdigit() and int(digits) > 0:
+            return int(digits)
+    return None
+
+
+def is_gpu_share(resource: str) -> bool:
+    """A share of a whole GPU (MPS share or time-slicing replica), plain or memory-sized."""
+    return resource == MPS_SHARED_RESOURCE or share_size_gib(resource) is not None
+
+
+def shares_of(memory_mib: int, size_gib: int) -> int:
+    """How many shares of ``size_gib`` a card of ``memory_mib`` holds (MPS's client limit
+    bounds it)."""
+    return min(MPS_MAX_CLIENTS, memory_mib // (size_gib * 1024))
 
 
 SHARED_SUFFIX = ".shared"

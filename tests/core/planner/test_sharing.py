@@ -134,3 +134,34 @@ class TestSharesOfMigSlices:
         pods = [PendingPod("ml", "mixed", ((MIG_SHARED, 1), ("nvidia.com/mig-1g.10gb", 1)))]
         (unplaced,) = plan(_a100_with_inner_mps(held=0), pods, solver).unplaced
         assert "together with other GPU resources" in unplaced.reason
+
+
+SIZED = Policy(name="l4", mode="dynamic", share="mps", share_count=4, share_sizes_gib=(8, 4))
+EIGHT = "nvidia.com/gpu.shared-8gb"
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+class TestMemorySizedShares:
+    def test_a_gpu_becomes_as_many_8gb_shares_as_its_memory_holds(self, solver: str) -> None:
+        result = plan(_cluster(_l4(0), _l4(1), policy=SIZED), _pods(3, EIGHT), solver)
+        # an L4's 23,034 MiB hold two 8 GiB shares: three pods need both GPUs
+        assert [(t.index, t.shares, t.share_resource) for t in result.gpus] == [
+            (0, 2, EIGHT), (1, 2, EIGHT)]
+        assert len(result.placements) == 3
+
+    def test_each_gpu_takes_the_size_its_pods_ask(self, solver: str) -> None:
+        pods = [*_pods(1, EIGHT), *_pods(3, MPS_SHARE_RESOURCE, start=1)]
+        result = plan(_cluster(_l4(0), _l4(1), policy=SIZED), pods, solver)
+        assert sorted((t.share_resource, t.shares) for t in result.gpus) == [
+            (MPS_SHARE_RESOURCE, 4), (EIGHT, 2)]
+
+    def test_a_gpu_whose_shares_are_all_free_is_resized(self, solver: str) -> None:
+        plain = Gpu(index=0, model="L4-24GB", mode="mps", shares=4, shares_in_use=0)
+        (target,) = plan(_cluster(plain, policy=SIZED), _pods(1, EIGHT), solver).gpus
+        assert (target.mode, target.shares, target.share_resource) == ("mps", 2, EIGHT)
+
+    def test_a_size_the_policy_does_not_offer_is_never_made(self, solver: str) -> None:
+        result = plan(_cluster(_l4(0), policy=SIZED), _pods(1, "nvidia.com/gpu.shared-10gb"),
+                      solver)
+        assert result.gpus == ()
+        assert len(result.unplaced) == 1

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from tessera.core import catalogue
+from tessera.core.catalogue import is_gpu_share
 from tessera.core.layout import Slice
 from tessera.core.planner.geometry import Geometry, bits, geometry_of
 from tessera.core.planner.model import MPS_SHARE_RESOURCE, WHOLE_GPU_RESOURCE
@@ -49,7 +50,7 @@ _FRAG_SCALE = 1000
 """Fragmentation (expected unusable compute slices) is compared in thousandths."""
 
 # A GPU state. MIG: ("mig", model, locked, free, touched, was_empty, frozen, allowed);
-# whole GPU: ("none", free); MPS: ("mps", shares_free).
+# whole GPU: ("none", free); MPS: ("mps", shares_free, the shares' resource).
 _Key = tuple[object, ...]
 
 
@@ -104,10 +105,10 @@ class _States:
         elif key[0] == "mps":
             shares = key[1]
             assert isinstance(shares, int)
-            if resource == MPS_SHARE_RESOURCE and shares > 0:
+            if resource == key[2] and shares > 0:
                 # Fewest free shares first: pack MPS GPUs, keep others whole for large requests.
                 option = _Option((0, 0, 0, 0, 0, shares), None,
-                                 self.intern(("mps", shares - 1)))
+                                 self.intern(("mps", shares - 1, key[2])))
         else:
             option = self._mig_offer(key, resource)
         self._offers[memo_key] = option
@@ -216,7 +217,7 @@ def _size(demand: tuple[tuple[str, int], ...]) -> float:
 def _compute(resource: str) -> float:
     """Like :func:`resource_size` for compute: a 4g and a 3g may hold the same memory, but
     the 4g has fewer placements and must be packed first."""
-    if resource in (WHOLE_GPU_RESOURCE, MPS_SHARE_RESOURCE):
+    if resource == WHOLE_GPU_RESOURCE or is_gpu_share(resource):
         return resource_size(resource)
     sizes = [model.profile(name).compute_slices / model.compute_slices
              for model in catalogue.models()
@@ -264,7 +265,7 @@ class _Search:
             if gpu.mode == "none":
                 key: _Key = ("none", not gpu.in_use)
             elif gpu.mode == "mps":
-                key = ("mps", gpu.shares - gpu.shares_in_use)
+                key = ("mps", gpu.shares - gpu.shares_in_use, gpu.share_resource)
             else:
                 geometry = geometry_of(info.model_name)
                 name = info.model_name
@@ -596,7 +597,7 @@ def _room(key: _Key) -> float:
     if key[0] == "mps":
         shares = key[1]
         assert isinstance(shares, int)
-        return shares * resource_size(MPS_SHARE_RESOURCE)
+        return shares * resource_size(MPS_SHARE_RESOURCE)  # any share counts as tiny
     model_name, locked, free, frozen = key[1], key[2], key[3], key[6]
     assert isinstance(model_name, str)
     assert isinstance(locked, int)

@@ -87,6 +87,9 @@ class Gpu:
     shares_in_use: int = 0
     sharing: Sharing = "mps"
     """How a GPU in mode ``mps`` shares itself: MPS (limits per share) or time-slicing."""
+    share_resource: str = MPS_SHARE_RESOURCE
+    """What its shares are advertised as: ``nvidia.com/gpu.shared`` or a memory-sized
+    ``nvidia.com/gpu.shared-<N>gb``."""
     last_change: float | None = None
     """When its layout last changed (seconds, same clock as :attr:`Snapshot.now`)."""
 
@@ -108,6 +111,10 @@ class Policy:
     """Dynamic only: whole GPUs (no MIG) may be turned into ``share_count`` shares of this kind
     when pods wait for ``nvidia.com/gpu.shared``, and back when every share is free."""
     share_count: int = 0
+    share_sizes_gib: tuple[int, ...] = ()
+    """Memory-sized shares the policy offers besides the plain ones: a GPU is turned into
+    ``nvidia.com/gpu.shared-<N>gb`` shares of N GiB (as many as its memory holds) when pods
+    wait for that resource."""
 
 
 @dataclass(frozen=True)
@@ -231,6 +238,7 @@ class GpuTarget:
     """``none`` or ``mps`` for a whole GPU the plan shares or takes back (no slices then)."""
     shares: int = 0
     sharing: Sharing = "mps"
+    share_resource: str = MPS_SHARE_RESOURCE
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from tessera.core.planner.model import (
     Taint,
     Toleration,
 )
+from tessera.core.planner.slice_shares import is_slice_share
 
 __all__ = ["parse_cluster", "parse_pending", "plan_to_dict"]
 
@@ -136,6 +137,11 @@ def _policy(value: object, path: str, default: Policy) -> Policy:
         raise InvalidInputError(f"{path}.share", f"unknown sharing {share!r}",
                                 ["mps", "timeslice"])
     count = _int(raw.get("share_count", default.share_count), f"{path}.share_count")
+    sizes = tuple(_int(v, f"{path}.share_sizes_gib[{i}]") for i, v in enumerate(
+        _list(raw.get("share_sizes_gib", list(default.share_sizes_gib)),
+              f"{path}.share_sizes_gib")))
+    if any(size < 1 for size in sizes):
+        raise InvalidInputError(f"{path}.share_sizes_gib", "sizes are GiB, at least 1")
     if share is not None and count < 1:
         raise InvalidInputError(f"{path}.share_count", "sharing needs share_count >= 1")
     return Policy(
@@ -145,6 +151,7 @@ def _policy(value: object, path: str, default: Policy) -> Policy:
         min_repartition_interval_s=interval,
         share="mps" if share == "mps" else ("timeslice" if share == "timeslice" else None),
         share_count=count if share else 0,
+        share_sizes_gib=sizes if share else (),
     )
 
 
@@ -191,10 +198,15 @@ def _whole_gpu(raw: Mapping[str, Any], path: str, index: int, model: str, mode: 
     if shares_in_use > shares:
         raise InvalidInputError(f"{path}.shares_in_use", f"more than its {shares} shares")
     last_change = raw.get("last_change")
+    resource = _str(raw.get("share_resource", MPS_SHARE_RESOURCE), f"{path}.share_resource")
+    if not catalogue.is_gpu_share(resource):
+        raise InvalidInputError(f"{path}.share_resource", f"{resource!r} is not a GPU share "
+                                "resource", [MPS_SHARE_RESOURCE, catalogue.shared_resource(8)])
     return Gpu(
         index=index,
         model=model,
         mode="none" if mode == "none" else "mps",
+        share_resource=resource,
         in_use=_bool(raw.get("in_use", False), f"{path}.in_use"),
         shares=shares,
         shares_in_use=shares_in_use,
@@ -267,7 +279,7 @@ def parse_cluster(data: object) -> Snapshot:
 
 def _gpu_resource(name: str, path: str) -> bool:
     """Whether ``name`` is a GPU resource the planner places; unknown MIG names are refused."""
-    if name in (WHOLE_GPU_RESOURCE, MPS_SHARE_RESOURCE):
+    if name == WHOLE_GPU_RESOURCE or catalogue.is_gpu_share(name) or is_slice_share(name):
         return True
     if not name.startswith(MIG_RESOURCE_PREFIX):
         return False
@@ -415,8 +427,12 @@ def plan_to_dict(plan: Plan) -> dict[str, object]:
 
 
 def _assigned(item: Any) -> dict[str, object]:
-    if item.profile is not None:
+    if item.profile is not None and not is_slice_share(item.resource):
         return {"gpu": item.gpu, "profile": item.profile, "start": item.start}
-    if item.resource == MPS_SHARE_RESOURCE:
-        return {"gpu": item.gpu, "resource": item.resource, "shares": item.count}
+    if catalogue.is_gpu_share(item.resource) or is_slice_share(item.resource):
+        found: dict[str, object] = {"gpu": item.gpu, "resource": item.resource,
+                                    "shares": item.count}
+        if item.profile is not None:
+            found.update(profile=item.profile, start=item.start)
+        return found
     return {"gpu": item.gpu, "resource": item.resource}

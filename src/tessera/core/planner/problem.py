@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from functools import cache
 
 from tessera.core import catalogue
-from tessera.core.catalogue import GpuModel
+from tessera.core.catalogue import GpuModel, is_gpu_share
 from tessera.core.layout import Slice
 from tessera.core.planner.filters import rejection
 from tessera.core.planner.model import (
-    MPS_SHARE_RESOURCE,
     WHOLE_GPU_RESOURCE,
     Gpu,
     GpuSlice,
@@ -46,7 +45,7 @@ def resource_size(resource: str) -> float:
     """A model-independent size used to order pods: fraction of a card's memory, smallest seen."""
     if resource in (WHOLE_GPU_RESOURCE,):
         return 1.0
-    if resource == MPS_SHARE_RESOURCE:
+    if is_gpu_share(resource):
         return 0.01
     sizes = [
         model.profile(name).memory_slices / model.memory_slices
@@ -86,7 +85,8 @@ class GpuInfo:
         """Whether this GPU could ever supply one unit of ``resource`` (ignoring its state)."""
         mode = self.gpu.mode
         if mode != "mig":
-            return resource == (WHOLE_GPU_RESOURCE if mode == "none" else MPS_SHARE_RESOURCE)
+            return resource == (WHOLE_GPU_RESOURCE if mode == "none"
+                                else self.gpu.share_resource)
         profile = _resource_map(self.model_name).get(resource)
         if profile is None:
             return False

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from tessera.core.catalogue import is_gpu_share
 from tessera.core.planner.geometry import geometry_of
-from tessera.core.planner.model import MPS_SHARE_RESOURCE, WHOLE_GPU_RESOURCE
+from tessera.core.planner.model import WHOLE_GPU_RESOURCE
 from tessera.core.planner.problem import GpuInfo, Problem, profile_for, resource_size
 
 __all__ = ["DEFAULT_RESERVATIONS", "blocking", "reserve"]
@@ -54,7 +55,7 @@ def blocking(info: GpuInfo, resource: str) -> float | None:
     if gpu.mode == "none":
         return None if resource != WHOLE_GPU_RESOURCE else float(gpu.in_use)
     if gpu.mode == "mps":
-        if resource != MPS_SHARE_RESOURCE or gpu.shares == 0:
+        if resource != gpu.share_resource or gpu.shares == 0:
             return None
         return 0.0 if gpu.shares_in_use < gpu.shares else 1.0 / gpu.shares
     model = info.mig
@@ -112,4 +113,4 @@ def reserve(problem: Problem, position: int, taken: Collection[int]) -> tuple[in
 
 def _share(resource: str) -> float:
     """A unit's share of a card (its memory), to tell how many units one reserved GPU holds."""
-    return 0.0 if resource == MPS_SHARE_RESOURCE else resource_size(resource)
+    return 0.0 if is_gpu_share(resource) else resource_size(resource)

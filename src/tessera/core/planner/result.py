@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tessera.core import layout
-from tessera.core.catalogue import MIG_RESOURCE_PREFIX
+from tessera.core.catalogue import MIG_RESOURCE_PREFIX, is_gpu_share
 from tessera.core.errors import InvalidInputError
 from tessera.core.layout import Slice
 from tessera.core.planner.geometry import geometry_of
@@ -100,7 +100,7 @@ def _targets(problem: Problem, outcome: Outcome) -> list[GpuTarget]:
 
 
 def _placement(problem: Problem, node: int, units: Sequence[Unit], pod: PodInfo) -> PodPlacement:
-    shares: Counter[int] = Counter()
+    shares: Counter[tuple[int, str]] = Counter()
     items: list[AssignedSlice] = []
     given: Counter[str] = Counter()
     for gid, resource, item in units:
@@ -108,13 +108,13 @@ def _placement(problem: Problem, node: int, units: Sequence[Unit], pod: PodInfo)
         if info.node != node:
             raise PlannerBug(f"{pod.pod.key}: units on more than one node")
         given[resource] += 1
-        if resource == MPS_SHARE_RESOURCE:
-            shares[info.gpu.index] += 1
+        if is_gpu_share(resource):
+            shares[(info.gpu.index, resource)] += 1
         elif item is not None:
             items.append(AssignedSlice(info.gpu.index, resource, item.profile, item.start))
         else:
             items.append(AssignedSlice(info.gpu.index, resource))
-    items.extend(AssignedSlice(i, MPS_SHARE_RESOURCE, count=c) for i, c in shares.items())
+    items.extend(AssignedSlice(i, r, count=c) for (i, r), c in shares.items())
     if dict(given) != dict(pod.demand):
         raise PlannerBug(f"{pod.pod.key}: got {dict(given)}, asked {dict(pod.demand)}")
     return PodPlacement(pod.pod.key, problem.nodes[node].name, tuple(sorted(items)))

@@ -18,10 +18,10 @@ the solvers do, on the result.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from tessera.core import catalogue
 from tessera.core.planner.filters import rejection
 from tessera.core.planner.model import (
     MPS_SHARE_RESOURCE,
@@ -56,9 +56,22 @@ def _switchable(gpu: Gpu, node: Node, now: float | None) -> bool:
     return gpu.shares_in_use == 0
 
 
+def _shares_for(gpu: Gpu, node: Node, resource: str) -> int:
+    """How many shares of ``resource`` the policy makes of ``gpu`` (0: it makes none): the
+    policy's count for plain shares, the card's memory over N GiB for ``gpu.shared-<N>gb``."""
+    policy = node.policy
+    if resource == MPS_SHARE_RESOURCE:
+        return policy.share_count
+    size = catalogue.share_size_gib(resource)
+    if size is None or size not in policy.share_sizes_gib:
+        return 0
+    card = catalogue.find_card(gpu.model)
+    return catalogue.shares_of(card.total_memory_mib, size) if card is not None else 0
+
+
 class _Pass:
-    """Free capacity as the pass goes: shares left per GPU, whether a whole GPU is free, and
-    the GPUs switched so far."""
+    """Free capacity as the pass goes: shares left per GPU (and their resource), whether a
+    whole GPU is free, and the GPUs switched so far."""
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.now = snapshot.now
@@ -66,50 +79,55 @@ class _Pass:
         self.gpus = [list(node.gpus) for node in self.nodes]
         self.shares_free = [[g.shares - g.shares_in_use if g.mode == "mps" else 0 for g in row]
                             for row in self.gpus]
+        self.resource = [[g.share_resource if g.mode == "mps" else "" for g in row]
+                         for row in self.gpus]
         self.whole_free = [[g.mode == "none" and not g.in_use for g in row] for row in self.gpus]
         self.switched: dict[tuple[int, int], Gpu] = {}
 
-    def _convertible(self, n: int, to: str) -> list[int]:
-        """GPUs of node ``n`` that may switch: idle whole ones (``to`` shares) or shared ones
-        with every share free (``to`` whole)."""
-        node = self.nodes[n]
-        found = []
-        for i, gpu in enumerate(self.gpus[n]):
-            if (n, i) in self.switched or not _switchable(gpu, node, self.now):
-                continue
-            idle = self.whole_free[n][i] if to == "shares" else (
-                gpu.mode == "mps" and self.shares_free[n][i] == gpu.shares)
-            if idle:
-                found.append(i)
-        return found
+    def _idle(self, n: int, i: int) -> bool:
+        """Free to switch now: whole and free, or shared with every share free."""
+        gpu = self.gpus[n][i]
+        if (n, i) in self.switched or not _switchable(gpu, self.nodes[n], self.now):
+            return False
+        return self.whole_free[n][i] or (gpu.mode == "mps"
+                                         and self.shares_free[n][i] == gpu.shares)
 
-    def take_shares(self, fits: list[int], units: int) -> None:
-        """``units`` shares on one node: free ones (the fullest shared GPUs first), then idle
-        whole GPUs turned into shares; the node needing the fewest switches wins. A pod no
-        node can hold takes nothing (the solvers will say why)."""
-        best: tuple[int, int] | None = None
+    def take_shares(self, fits: list[int], resource: str, units: int) -> None:
+        """``units`` shares of ``resource`` on one node: free ones (the fullest GPU first),
+        then idle GPUs (whole, or shared another way with every share free) turned into
+        shares of ``resource``; the node needing the fewest switches wins. A pod no node can
+        hold takes nothing (the solvers will say why)."""
+        best: tuple[int, int, list[tuple[int, int]]] | None = None
         for n in fits:
-            free = sum(self.shares_free[n])
-            count = self.nodes[n].policy.share_count
-            need = 0 if free >= units else math.ceil((units - free) / count) if count else -1
-            if need < 0 or need > len(self._convertible(n, "shares")):
-                continue
-            if best is None or need < best[0]:
-                best = (need, n)
+            free = sum(f for f, r in zip(self.shares_free[n], self.resource[n], strict=True)
+                       if r == resource)
+            switches: list[tuple[int, int]] = []
+            for i in range(len(self.gpus[n])):
+                if free >= units:
+                    break
+                if self.resource[n][i] != resource and self._idle(n, i):
+                    count = _shares_for(self.gpus[n][i], self.nodes[n], resource)
+                    if count:
+                        switches.append((i, count))
+                        free += count
+            if free >= units and (best is None or len(switches) < best[0]):
+                best = (len(switches), n, switches)
         if best is None:
             return
-        need, n = best
+        _, n, switches = best
         policy = self.nodes[n].policy
-        for i in self._convertible(n, "shares")[:need]:
-            assert policy.share is not None
+        for i, count in switches:
+            assert policy.share is not None  # else no GPU of the node is switchable
             self.switched[(n, i)] = replace(
-                self.gpus[n][i], mode="mps", shares=policy.share_count, shares_in_use=0,
-                sharing=policy.share, in_use=False)
+                self.gpus[n][i], mode="mps", shares=count, shares_in_use=0,
+                sharing=policy.share, share_resource=resource, in_use=False)
             self.whole_free[n][i] = False
-            self.shares_free[n][i] = policy.share_count
+            self.shares_free[n][i] = count
+            self.resource[n][i] = resource
         left = units
         while left:
-            row = [i for i, free in enumerate(self.shares_free[n]) if free > 0]
+            row = [i for i, free in enumerate(self.shares_free[n])
+                   if free > 0 and self.resource[n][i] == resource]
             i = min(row, key=lambda i: (self.shares_free[n][i], i))
             taken = min(left, self.shares_free[n][i])
             self.shares_free[n][i] -= taken
@@ -120,19 +138,23 @@ class _Pass:
         taken back; the node needing the fewest switches wins."""
         best: tuple[int, int] | None = None
         for n in fits:
-            free = sum(self.whole_free[n])
-            need = max(0, units - free)
-            if need > len(self._convertible(n, "whole")):
+            back = [i for i in range(len(self.gpus[n]))
+                    if not self.whole_free[n][i] and self._idle(n, i)]
+            need = max(0, units - sum(self.whole_free[n]))
+            if need > len(back):
                 continue
             if best is None or need < best[0]:
                 best = (need, n)
         if best is None:
             return
         need, n = best
-        for i in self._convertible(n, "whole")[:need]:
+        back = [i for i in range(len(self.gpus[n]))
+                if not self.whole_free[n][i] and self._idle(n, i)]
+        for i in back[:need]:
             self.switched[(n, i)] = replace(self.gpus[n][i], mode="none", shares=0,
                                             shares_in_use=0, in_use=False)
             self.shares_free[n][i] = 0
+            self.resource[n][i] = ""
             self.whole_free[n][i] = True
         left = units
         for i, free in enumerate(self.whole_free[n]):
@@ -148,8 +170,9 @@ def reshape(snapshot: Snapshot, pods: Sequence[PendingPod]) -> Reshaped:
     for pod in ordered:
         wants = pod.request_map
         fits = [n for n, node in enumerate(state.nodes) if rejection(pod, node) is None]
-        if wants.get(MPS_SHARE_RESOURCE, 0):
-            state.take_shares(fits, wants[MPS_SHARE_RESOURCE])
+        for resource, units in sorted(wants.items()):
+            if catalogue.is_gpu_share(resource):
+                state.take_shares(fits, resource, units)
         if wants.get(WHOLE_GPU_RESOURCE, 0):
             state.take_whole(fits, wants[WHOLE_GPU_RESOURCE])
     if not state.switched:
@@ -159,7 +182,8 @@ def reshape(snapshot: Snapshot, pods: Sequence[PendingPod]) -> Reshaped:
         state.gpus[n][i] = gpu
         targets.append(GpuTarget(node=state.nodes[n].name, index=gpu.index, model=gpu.model,
                                  slices=(), destroy=(), create=(), mode=gpu.mode,
-                                 shares=gpu.shares, sharing=gpu.sharing))
+                                 shares=gpu.shares, sharing=gpu.sharing,
+                                 share_resource=gpu.share_resource))
     reshaped = tuple(replace(node, gpus=tuple(row))
                      for node, row in zip(state.nodes, state.gpus, strict=True))
     return Reshaped(replace(snapshot, nodes=reshaped), tuple(targets))
