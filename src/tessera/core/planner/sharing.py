@@ -92,7 +92,7 @@ class _Pass:
         return self.whole_free[n][i] or (gpu.mode == "mps"
                                          and self.shares_free[n][i] == gpu.shares)
 
-    def take_shares(self, fits: list[int], resource: str, units: int) -> None:
+    def take_shares(self, fits: list[int], resource: str, units: int) -> bool:
         """``units`` shares of ``resource`` on one node: free ones (the fullest GPU first),
         then idle GPUs (whole, or shared another way with every share free) turned into
         shares of ``resource``; the node needing the fewest switches wins. A pod no node can
@@ -113,7 +113,7 @@ class _Pass:
             if free >= units and (best is None or len(switches) < best[0]):
                 best = (len(switches), n, switches)
         if best is None:
-            return
+            return False
         _, n, switches = best
         policy = self.nodes[n].policy
         for i, count in switches:
@@ -132,8 +132,9 @@ class _Pass:
             taken = min(left, self.shares_free[n][i])
             self.shares_free[n][i] -= taken
             left -= taken
+        return True
 
-    def take_whole(self, fits: list[int], units: int) -> None:
+    def take_whole(self, fits: list[int], units: int) -> bool:
         """``units`` whole GPUs on one node: idle ones, then shared ones with every share free
         taken back; the node needing the fewest switches wins."""
         best: tuple[int, int] | None = None
@@ -146,7 +147,7 @@ class _Pass:
             if best is None or need < best[0]:
                 best = (need, n)
         if best is None:
-            return
+            return False
         need, n = best
         back = [i for i in range(len(self.gpus[n]))
                 if not self.whole_free[n][i] and self._idle(n, i)]
@@ -161,20 +162,32 @@ class _Pass:
             if free and left:
                 self.whole_free[n][i] = False
                 left -= 1
+        return True
 
 
 def reshape(snapshot: Snapshot, pods: Sequence[PendingPod]) -> Reshaped:
     """Switch whole GPUs to shares and back for ``pods`` (see the module's rule)."""
+    if not any(node.policy.share is not None and node.policy.mode == "dynamic"
+               for node in snapshot.nodes):
+        return Reshaped(snapshot, ())  # no policy shares GPUs: nothing can switch
     state = _Pass(snapshot)
     ordered = sorted(pods, key=lambda p: (-p.priority, p.creation_time, p.namespace, p.name))
+    # Capacity only shrinks during the pass: once ``units`` of a resource found no node, a
+    # later pod asking as many finds none either (this keeps a pass over thousands of
+    # waiting pods linear once the cluster is full).
+    failed: dict[str, int] = {}
     for pod in ordered:
-        wants = pod.request_map
+        wants = {r: n for r, n in pod.requests
+                 if (r == WHOLE_GPU_RESOURCE or catalogue.is_gpu_share(r))
+                 and n < failed.get(r, n + 1)}
+        if not wants:
+            continue
         fits = [n for n, node in enumerate(state.nodes) if rejection(pod, node) is None]
         for resource, units in sorted(wants.items()):
-            if catalogue.is_gpu_share(resource):
-                state.take_shares(fits, resource, units)
-        if wants.get(WHOLE_GPU_RESOURCE, 0):
-            state.take_whole(fits, wants[WHOLE_GPU_RESOURCE])
+            taken = (state.take_whole(fits, units) if resource == WHOLE_GPU_RESOURCE
+                     else state.take_shares(fits, resource, units))
+            if not taken:
+                failed[resource] = min(units, failed.get(resource, units))
     if not state.switched:
         return Reshaped(snapshot, ())
     targets = []

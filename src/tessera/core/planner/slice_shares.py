@@ -33,7 +33,8 @@ class SharesOutcome:
 
 
 def place_slice_shares(snapshot: Snapshot, pods: Sequence[PendingPod]) -> SharesOutcome:
-    wanting = [p for p in pods if any(is_slice_share(r) for r, _ in p.requests)]
+    wanting = [p for p in pods if any(r.endswith(SHARED_SUFFIX) and is_slice_share(r)
+                                      for r, _ in p.requests)]
     if not wanting:
         return SharesOutcome(tuple(pods), (), ())
     free: dict[tuple[int, int, int], int] = {}
