@@ -21,6 +21,7 @@ from tessera.core import catalogue
 from tessera.core.errors import InvalidInputError
 from tessera.sim.cluster import SHORTHAND, ClusterSpec, load_cluster
 from tessera.sim.engine import RunResult, simulate
+from tessera.sim.mixed import MixedCluster, mixed_jobs, mixed_policy
 from tessera.sim.policies import (
     DEFAULT_BATCH_WINDOW_S,
     DEFAULT_CAPACITY_LAG_S,
@@ -191,11 +192,53 @@ def _shared_workload(args: argparse.Namespace, cluster: SharedCluster
     return jobs, window, f"{label}, Poisson arrivals in trace order, seed {args.seed}"
 
 
+MIXED_DEFAULT_POLICIES = ("dynamic,greedy+static:timeslice-4,"
+                          "static:all-balanced+static:timeslice-4,fluid:gpu")
+"""On a cluster of MIG cards and cards without MIG: one policy per pool (MIG+other)."""
+
+
+def _mixed_cluster(text: str) -> MixedCluster | None:
+    """``4x8xA100-SXM4-80GB,4x8xL4``: one pool of MIG cards, one of cards without MIG."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if len(parts) < 2:
+        return None
+    shared = [c for c in (_shared_cluster(p) for p in parts) if c is not None]
+    mig = [p for p in parts if _shared_cluster(p) is None]
+    if len(shared) != 1 or len(mig) != 1:
+        raise InvalidInputError("--cluster", "a mixed cluster is one NODESxGPUSxMODEL of MIG "
+                                "cards and one of cards without MIG, e.g. "
+                                "4x8xA100-SXM4-80GB,4x8xL4")
+    return MixedCluster(load_cluster(mig[0]), shared[0])
+
+
+def _mixed_run(args: argparse.Namespace, cluster: MixedCluster
+               ) -> tuple[tuple[Job, ...], float, str, list[tuple[str, SimPolicy | None]]]:
+    if args.trace == "synthetic" or args.arrivals == "replay":
+        raise InvalidInputError("--trace/--arrivals", "a mixed cluster is simulated on an "
+                                "openb trace with Poisson arrivals")
+    rows, label = _rows(args)
+    jobs, window, to_mig = mixed_jobs(rows, cluster, load=args.load, seed=args.seed,
+                                      max_duration=args.max_duration)
+    names = [n.strip() for n in (args.policies or MIXED_DEFAULT_POLICIES).split(",")
+             if n.strip()]
+    policies: list[tuple[str, SimPolicy | None]] = [(n, mixed_policy(
+        n, cluster, to_mig, lambda m: _policy(m, cluster.mig, args),
+        lambda o: shared_policy(o, cluster.shared, batch_window=args.batch_window,
+                                capacity_lag=args.capacity_lag))) for n in names]
+    source = (f"{label}, Poisson arrivals in trace order, seed {args.seed}; "
+              f"{len(to_mig)} of the pods to the MIG pool")
+    return jobs, window, source, policies
+
+
 def run(args: argparse.Namespace) -> int:
     shared = _shared_cluster(args.cluster)
-    cluster: ClusterSpec | SharedCluster
+    mixed = _mixed_cluster(args.cluster) if shared is None else None
+    cluster: ClusterSpec | SharedCluster | MixedCluster
     policies: list[tuple[str, SimPolicy | None]]
-    if shared is not None:
+    if mixed is not None:
+        cluster = mixed
+        jobs, horizon, source, policies = _mixed_run(args, mixed)
+    elif shared is not None:
         cluster = shared
         jobs, horizon, source = _shared_workload(args, shared)
         names = [n.strip() for n in (args.policies or SHARED_DEFAULT_POLICIES).split(",")
@@ -225,8 +268,10 @@ def run(args: argparse.Namespace) -> int:
             else:
                 results.append(simulate(policy, jobs, capacity=cluster.capacity,
                                         horizon=horizon, progress=tick))
+    offered = (args.load if isinstance(cluster, MixedCluster)  # by construction, in milli
+               else offered_load(jobs, cluster.capacity, horizon))
     details = [f"cluster: {cluster.describe()}", f"workload: {source}, {len(jobs)} pods, "
-               f"offered load {offered_load(jobs, cluster.capacity, horizon):.2f}, "
+               f"offered load {offered:.2f}, "
                f"window {horizon / 3600:.2f} h",
                f"dynamic/greedy: batch window {args.batch_window} s, reconfiguration "
                f"{args.reconfig_latency} s per GPU-instance operation, capacity lag "

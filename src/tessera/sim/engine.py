@@ -154,7 +154,7 @@ def simulate(policy: SimPolicy, jobs: Sequence[Job], *, capacity: int, horizon: 
     first_round: dict[str, int] = {}
     tick_at: float | None = None
     rounds = 0
-    running = 0
+    running = 0.0
     last = 0.0
     area = 0.0
     frag = 0.0
@@ -180,11 +180,11 @@ def simulate(policy: SimPolicy, jobs: Sequence[Job], *, capacity: int, horizon: 
         if kind == _DEPART:
             assert item is not None
             policy.release(item)
-            running -= item.compute
+            running -= policy.weight(item)
             request_tick(now)
         elif kind == _START:
             assert item is not None
-            running += item.compute
+            running += policy.weight(item)
         elif kind == _ARRIVE:
             assert item is not None
             queues.setdefault(item.requests, {})[item.name] = item

@@ -141,6 +141,11 @@ class SimPolicy(ABC):
         """GPU ``gpu``'s slices now, or None for a policy without layouts."""
         return None
 
+    def weight(self, job: Job) -> float:
+        """A running job's share of the capacity, in the run's unit (its compute, except where
+        a mixed cluster converts units)."""
+        return job.compute
+
 
 # --- MIG state shared by the dynamic, static and greedy policies -----------------------------
 
