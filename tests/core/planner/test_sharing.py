@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tessera.core.errors import InvalidInputError
 from tessera.core.planner import (
     MPS_SHARE_RESOURCE,
     WHOLE_GPU_RESOURCE,
@@ -14,7 +15,10 @@ from tessera.core.planner import (
     PendingPod,
     Policy,
     Snapshot,
+    parse_cluster,
+    parse_pending,
     plan,
+    plan_to_dict,
 )
 
 SOLVERS = ["fast", "exact"]
@@ -165,3 +169,25 @@ class TestMemorySizedShares:
                       solver)
         assert result.gpus == ()
         assert len(result.unplaced) == 1
+
+
+def test_plan_files_name_cards_without_mig_and_sized_shares() -> None:
+    snapshot = parse_cluster({"nodes": [{
+        "name": "l4", "policy": {"mode": "dynamic", "share": "mps", "share_count": 4,
+                                 "share_sizes_gib": [8]},
+        "gpus": [{"index": 0, "model": "NVIDIA L4", "mode": "none"},
+                 {"index": 1, "model": "0x27B8", "mode": "mps", "shares": 4,
+                  "shares_in_use": 1}]}]})
+    pods = parse_pending({"pods": [{"name": "a", "requests": {EIGHT: 1}},
+                                   {"name": "b", "requests": {MPS_SHARE_RESOURCE: 2}}]})
+    data = plan_to_dict(plan(snapshot, pods))
+    (switched,) = data["gpus"]  # type: ignore[misc]
+    assert (switched["model"], switched["mode"], switched["shares"],
+            switched["share_resource"]) == ("L4-24GB", "mps", 2, EIGHT)
+    assert [p["slices"] for p in data["placements"]] == [  # type: ignore[index]
+        [{"gpu": 0, "resource": EIGHT, "shares": 1}],
+        [{"gpu": 1, "resource": MPS_SHARE_RESOURCE, "shares": 2}]]
+    with pytest.raises(InvalidInputError, match="not a GPU share resource"):
+        parse_cluster({"nodes": [{"name": "x", "gpus": [
+            {"index": 0, "model": "L4", "mode": "mps", "shares": 2,
+             "share_resource": "nvidia.com/gpu"}]}]})

@@ -410,7 +410,8 @@ def plan_to_dict(plan: Plan) -> dict[str, object]:
                 "slices": [{"profile": s.profile, "start": s.start} for s in g.slices],
                 "destroy": [{"profile": s.profile, "start": s.start} for s in g.destroy],
                 "create": [{"profile": s.profile, "start": s.start} for s in g.create],
-                **({"shares": g.shares, "sharing": g.sharing} if g.mode == "mps" else {}),
+                **({"shares": g.shares, "sharing": g.sharing, "share_resource": g.share_resource}
+                   if g.mode == "mps" else {}),
             }
             for g in plan.gpus
         ],
