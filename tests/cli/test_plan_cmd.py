@@ -66,3 +66,13 @@ def test_a_file_that_is_not_json_exits_2(
     (tmp_path / "p.json").write_text("{nope")
     assert main(args) == 2
     assert "--pending" in capsys.readouterr().err
+
+
+def test_live_mode_takes_both_files_or_neither(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = tmp_path / "c.json"
+    cluster.write_text('{"nodes": []}')
+    assert main(["plan", "--cluster", str(cluster)]) == 2
+    assert "give both files, or neither" in capsys.readouterr().err
+    assert main(["plan", "--kubeconfig", str(tmp_path / "absent")]) == 2
+    assert "--kubeconfig" in capsys.readouterr().err

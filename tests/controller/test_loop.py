@@ -423,3 +423,22 @@ def test_memory_sized_share_pods_get_gpus_cut_into_shares_of_that_size() -> None
     assert gpu.mps is not None
     assert (gpu.mps.shares, gpu.mps.memory_mi_b, gpu.mps.resource) == (
         2, 8192, "nvidia.com/gpu.shared-8gb")
+
+
+def test_a_preview_plans_as_a_tick_would_and_writes_nothing() -> None:
+    cache, recorder, controller, clock = setup()
+    cache.put("node", "ADDED", node("node-a"))
+    cache.put("nodepartition", "ADDED", partition("node-a", []))
+    cache.put("pod", "ADDED", pod("p1"))
+    cache.put("pod", "ADDED", pod("big", "nvidia.com/mig-7g.80gb", 2))
+    preview = controller.preview()
+    assert [p.pod for p in preview.placements] == ["ml/p1"]
+    assert [u.pod for u in preview.unplaced] == ["ml/big"]
+    assert (recorder.specs, recorder.pod_events, recorder.released) == ([], [], [])
+    controller.tick()
+    clock.now += 4
+    controller.tick()
+    (written,) = [s for n, s in recorder.specs if n == "node-a"]
+    (target,) = preview.gpus
+    assert {(s.profile, s.start) for s in written.gpus[0].slices} == {
+        (s.profile, s.start) for s in target.slices}, "the tick does what the preview said"

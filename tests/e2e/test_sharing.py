@@ -8,11 +8,13 @@ they are gone, a pod asking for the whole card gets it back.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tessera.cli.main import main
 from tessera.testing.cluster import Cluster
 from tessera.testing.deployment import TesseraDeployment
 
@@ -136,5 +138,33 @@ def test_mps_inside_a_3g_slice_serves_three_pods_beside_mig_pods(
     assert len(plain) == 2
     assert inner["uuid"] not in plain
     assert all(uuid.startswith("MIG-") for uuid in plain)
+    for name in names:
+        system.core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+
+
+def test_tessera_plan_on_the_live_cluster_says_what_the_controller_then_does(
+        system: TesseraDeployment, capsys: pytest.CaptureFixture[str]) -> None:
+    """With the controller stopped, two share pods wait gated; ``tessera plan --kubeconfig``
+    (read-only) predicts the L4 shared and both pods on it; the restarted controller does it."""
+    for process in system.controllers:
+        process.stop()
+    system.controllers.clear()
+    eventually(lambda: not system.core.list_namespaced_pod(
+        "default", label_selector="app=share").items, 60, "earlier share pods gone")
+    names = {"preview-0", "preview-1"}
+    for name in sorted(names):
+        system.core.create_namespaced_pod("default", _pod(name, SHARED))
+    assert main(["plan", "--kubeconfig", str(system.cluster.kubeconfig), "--json"]) == 0
+    predicted = json.loads(capsys.readouterr().out)
+    placed = {p["pod"]: p["node"] for p in predicted["placements"]}
+    assert placed == {"default/preview-0": "l4-a", "default/preview-1": "l4-a"}
+    (switched,) = [g for g in predicted["gpus"] if g["node"] == "l4-a"]
+    assert (switched["mode"], switched["shares"]) == ("mps", 6)
+    assert system.partition("l4-a")["status"]["gpus"][0]["mode"] == "none", "nothing written"
+
+    system.start_controller("c2", "--batch-idle-seconds", "0.3", "--batch-max-seconds", "2")
+    eventually(lambda: _running(system, names), 90, "the previewed pods Running")
+    (gpu,) = system.partition("l4-a")["status"]["gpus"]
+    assert (gpu["mode"], gpu["mps"]["shares"]) == ("mps", 6)
     for name in names:
         system.core.delete_namespaced_pod(name, "default", grace_period_seconds=0)

@@ -1,7 +1,9 @@
-"""``tessera plan --cluster CLUSTER.json --pending PENDING.json``: a dry run of the planner.
+"""``tessera plan``: a dry run of the planner, on files or on the live cluster.
 
-Reads the two files, plans, and prints the plan; nothing is changed anywhere. Live-cluster mode
-(``--kubeconfig``) comes with the controller and is not here yet.
+``--cluster CLUSTER.json --pending PENDING.json`` plans what the files describe;
+``--kubeconfig`` (or the in-cluster account, or the default kubeconfig) lists the live cluster
+read-only and asks the controller's own code what its next plan would do: the same snapshot,
+the same waiting pods, the same planner (:meth:`Controller.preview`). Nothing is written.
 """
 
 from __future__ import annotations
@@ -9,10 +11,23 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from kubernetes.client.exceptions import ApiException
+
+from tessera.controller.loop import ClusterCache, Controller, ControllerSettings, Writer
+from tessera.controller.operator import api_listers, prime
 from tessera.core.errors import InvalidInputError
-from tessera.core.planner import SOLVERS, Plan, parse_cluster, parse_pending, plan, plan_to_dict
+from tessera.core.planner import (
+    SOLVERS,
+    Plan,
+    SolverName,
+    parse_cluster,
+    parse_pending,
+    plan,
+    plan_to_dict,
+)
+from tessera.kube.config import api_client
 
 
 def register(commands: Any) -> None:
@@ -23,8 +38,11 @@ def register(commands: Any) -> None:
         "pending pods, without touching anything. File formats: see the README's Planning "
         "section.",
     )
-    parser.add_argument("--cluster", required=True, type=Path, help="CLUSTER.json")
-    parser.add_argument("--pending", required=True, type=Path, help="PENDING.json")
+    parser.add_argument("--cluster", type=Path, help="CLUSTER.json")
+    parser.add_argument("--pending", type=Path, help="PENDING.json")
+    parser.add_argument("--kubeconfig", help="plan the live cluster of this kubeconfig "
+                        "(read-only; without --cluster/--pending the default kubeconfig)")
+    parser.add_argument("--context", help="the kubeconfig context to use")
     parser.add_argument("--solver", choices=SOLVERS, default="fast",
                         help="fast (default, any size) or exact (HiGHS, small clusters)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -43,9 +61,15 @@ def _load(path: Path, what: str) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
-    snapshot = parse_cluster(_load(args.cluster, "cluster"))
-    pods = parse_pending(_load(args.pending, "pending"))
-    result = plan(snapshot, pods, args.solver)
+    if args.cluster is None and args.pending is None:
+        result = live_plan(args.kubeconfig, args.context, args.solver)
+    elif args.cluster is None or args.pending is None or args.kubeconfig or args.context:
+        raise InvalidInputError("--cluster/--pending", "give both files, or neither to plan "
+                                "the live cluster (--kubeconfig, --context)")
+    else:
+        snapshot = parse_cluster(_load(args.cluster, "cluster"))
+        pods = parse_pending(_load(args.pending, "pending"))
+        result = plan(snapshot, pods, args.solver)
     if args.json:
         print(json.dumps(plan_to_dict(result), indent=2))
     else:
@@ -71,3 +95,25 @@ def render(result: Plan) -> str:
     lines.append(f"Unplaced ({len(result.unplaced)}):")
     lines.extend(f"  {u.pod}: {u.reason}" for u in result.unplaced)
     return "\n".join(lines)
+
+
+class _ReadOnly:
+    """The controller's writer for a dry run: a preview writes nothing, so any call is a bug."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"tessera plan is read-only; the controller tried {name}")
+
+
+def live_plan(kubeconfig: str | None, context: str | None, solver: SolverName) -> Plan:
+    """What the controller's next plan would be on the live cluster, from a full listing."""
+    api = api_client(kubeconfig, context)
+    try:
+        cache = ClusterCache()
+        prime(cache, api_listers(api))
+    except ApiException as exc:
+        raise InvalidInputError("--kubeconfig", f"listing the cluster failed: {exc.status} "
+                                f"{exc.reason}") from exc
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    controller = Controller(cache, cast(Writer, _ReadOnly()), ControllerSettings(solver=solver))
+    return controller.preview()

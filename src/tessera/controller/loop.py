@@ -396,6 +396,18 @@ class Controller:
                  len(pending), seconds, len(decision.pods), len(decision.unplaced),
                  len(decision.specs))
 
+    def preview(self) -> planner.Plan:
+        """What a plan made now would do, writing nothing (``tessera plan --kubeconfig``): the
+        snapshot, the waiting pods and the planner exactly as :meth:`tick` would use them."""
+        pods, nodes, partitions, policies = self.cache.view()
+        now = self._clock()
+        inflight = self._inflight(partitions, now)
+        waiting = [demand.pending_pod(p) for p in pods.values() if demand.is_waiting(p)]
+        snapshot = build_snapshot(nodes.values(), partitions, list(policies.values()),
+                                  self._claimed(pods), frozen=inflight,
+                                  last_change=self.state.last_change, now=self._wall())
+        return planner.plan(snapshot, waiting, solver=self.settings.solver)
+
     def _tell(self, pod: str, reason: str, message: str, warning: bool) -> None:
         if self.state.told.get(pod) == f"{reason}:{message}":
             return

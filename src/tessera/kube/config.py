@@ -12,16 +12,20 @@ from tessera.core.errors import InvalidInputError
 __all__ = ["api_client"]
 
 
-def api_client(kubeconfig: str | None = None) -> client.ApiClient:
+def api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
+    """``context`` picks a kubeconfig context (default: its current one)."""
     if kubeconfig:
         if not os.path.exists(kubeconfig):
             raise InvalidInputError("--kubeconfig", f"{kubeconfig} does not exist")
-        return config.new_client_from_config(config_file=kubeconfig)
+        try:
+            return config.new_client_from_config(config_file=kubeconfig, context=context)
+        except config.ConfigException as exc:
+            raise InvalidInputError("--context", f"{kubeconfig}: {exc}") from exc
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config()
         return client.ApiClient()
     try:
-        return config.new_client_from_config()
+        return config.new_client_from_config(context=context)
     except config.ConfigException as exc:
         raise InvalidInputError(
             "--kubeconfig", "no in-cluster service account and no kubeconfig found; pass "
