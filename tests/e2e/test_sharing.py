@@ -166,5 +166,19 @@ def test_tessera_plan_on_the_live_cluster_says_what_the_controller_then_does(
     eventually(lambda: _running(system, names), 90, "the previewed pods Running")
     (gpu,) = system.partition("l4-a")["status"]["gpus"]
     assert (gpu["mode"], gpu["mps"]["shares"]) == ("mps", 6)
-    for name in names:
+
+    # tessera status: the shares and their holders, and a pod that waits, with the reason
+    system.core.create_namespaced_pod("default", _pod("too-big", "nvidia.com/gpu.shared-8gb"))
+    kubeconfig = str(system.cluster.kubeconfig)
+    assert main(["status", "--kubeconfig", kubeconfig, "-o", "json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    (l4,) = [g for g in status["gpus"] if g["node"] == "l4-a"]
+    assert (l4["mode"], l4["slices"][0]["slice"], l4["slices"][0]["shares"]) == (
+        "mps", SHARED, 6)
+    waiting = dict(map(tuple, status["waiting"]))
+    assert "default/too-big" in waiting
+    assert "gpu.shared-8gb" in waiting["default/too-big"]
+    assert main(["status", "--kubeconfig", kubeconfig, "--node", "l4-a"]) == 0
+    assert "l4-a" in capsys.readouterr().out
+    for name in [*names, "too-big"]:
         system.core.delete_namespaced_pod(name, "default", grace_period_seconds=0)

@@ -20,6 +20,7 @@ from tessera.cli import (
     plan_cmd,
     policy_cmd,
     simulate_cmd,
+    status_cmd,
 )
 from tessera.core.errors import TesseraError
 
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     catalogue_cmd.register(commands)
     plan_cmd.register(commands)
+    status_cmd.register(commands)
     simulate_cmd.register(commands)
     agent_cmd.register(commands)
     controller_cmd.register(commands)
@@ -54,6 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     return result
+
+
+def kubectl_main() -> int:
+    """``kubectl tessera ...``: kubectl runs ``kubectl-tessera`` from PATH as a plugin."""
+    return main(sys.argv[1:])
 
 
 if __name__ == "__main__":  # pragma: no cover

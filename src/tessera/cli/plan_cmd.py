@@ -104,8 +104,9 @@ class _ReadOnly:
         raise RuntimeError(f"tessera plan is read-only; the controller tried {name}")
 
 
-def live_plan(kubeconfig: str | None, context: str | None, solver: SolverName) -> Plan:
-    """What the controller's next plan would be on the live cluster, from a full listing."""
+def live_cluster(kubeconfig: str | None, context: str | None,
+                 solver: SolverName) -> Controller:
+    """A controller over a full, read-only listing of the live cluster, that writes nothing."""
     api = api_client(kubeconfig, context)
     try:
         cache = ClusterCache()
@@ -115,5 +116,9 @@ def live_plan(kubeconfig: str | None, context: str | None, solver: SolverName) -
                                 f"{exc.reason}") from exc
     finally:
         api.close()  # type: ignore[no-untyped-call]
-    controller = Controller(cache, cast(Writer, _ReadOnly()), ControllerSettings(solver=solver))
-    return controller.preview()
+    return Controller(cache, cast(Writer, _ReadOnly()), ControllerSettings(solver=solver))
+
+
+def live_plan(kubeconfig: str | None, context: str | None, solver: SolverName) -> Plan:
+    """What the controller's next plan would be on the live cluster."""
+    return live_cluster(kubeconfig, context, solver).preview()
