@@ -19,7 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tessera.core import catalogue
 from tessera.core.errors import InvalidInputError
-from tessera.sim.cluster import SHORTHAND, ClusterSpec, load_cluster
+from tessera.sim.cluster import SHORTHAND, ClusterSpec, load_cluster, shorthand
 from tessera.sim.engine import RunResult, simulate
 from tessera.sim.mixed import MixedCluster, mixed_jobs, mixed_policy
 from tessera.sim.policies import (
@@ -35,6 +35,7 @@ from tessera.sim.policies import (
 )
 from tessera.sim.report import render_class_table, render_table, write_report
 from tessera.sim.shared import SharedCluster, shared_policy
+from tessera.sim.sizing import headline, parse_target, size_for
 from tessera.sim.static_mix import best_static_mix
 from tessera.sim.workload import (
     DEFAULT_MAX_DURATION_S,
@@ -99,6 +100,10 @@ def register(commands: Any) -> None:
     parser.add_argument("--seed", type=int, default=1, help="arrivals and synthetic seed")
     parser.add_argument("--report", type=Path, default=Path("simulation-report.html"),
                         help="HTML report path (default simulation-report.html)")
+    parser.add_argument("--size-for", metavar="TARGET",
+                        help="answer how many GPUs each policy needs to keep TARGET "
+                        "(p95-wait=60s or mean-wait=2m): the workload made for --cluster, "
+                        "replayed on 1 .. 4x its nodes (MIG clusters and GPUs without MIG)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(run=run)
@@ -230,7 +235,56 @@ def _mixed_run(args: argparse.Namespace, cluster: MixedCluster
     return jobs, window, source, policies
 
 
+def _sizing(args: argparse.Namespace) -> int:
+    target = parse_target(args.size_for)
+    shared = _shared_cluster(args.cluster)
+    if shared is None and "," in args.cluster:
+        raise InvalidInputError("--size-for", "sizes one kind of card at a time, not a mixed "
+                                "cluster")
+    answers = []
+    if shared is not None:
+        jobs, horizon, _ = _shared_workload(args, shared)
+        names = [n.strip() for n in (args.policies or SHARED_DEFAULT_POLICIES).split(",")
+                 if n.strip()]
+        limit, per_node = shared.nodes * 4, shared.per_node
+        for name in names:
+            def make(nodes: int, name: str = name) -> tuple[SimPolicy, int]:
+                cluster = SharedCluster(shared.card, nodes, shared.per_node)
+                return shared_policy(name, cluster, batch_window=args.batch_window,
+                                     capacity_lag=args.capacity_lag), cluster.capacity
+            answers.append(size_for(name, make, jobs, horizon, target, limit=limit,
+                                    gpus_per_node=per_node))
+    else:
+        mig = load_cluster(args.cluster)
+        per_node = len(mig.nodes[0].gpus)
+        jobs, horizon, _ = _workload(args, mig)
+        names = [n.strip() for n in (args.policies or _default_policies(mig)).split(",")
+                 if n.strip()]
+        limit = len(mig.nodes) * 4
+        for name in names:
+            if name == "static:best":
+                raise InvalidInputError("--size-for", "static:best is a mix found for one "
+                                        "cluster; size each static:<layout> instead")
+            def make_mig(nodes: int, name: str = name) -> tuple[SimPolicy, int]:
+                cluster = shorthand(nodes, per_node, mig.main_model.name)
+                policy = _policy(name, cluster, args)
+                assert policy is not None
+                return policy, cluster.capacity
+            answers.append(size_for(name, make_mig, jobs, horizon, target, limit=limit,
+                                    gpus_per_node=per_node))
+    lines = headline(answers, target, limit * per_node)
+    if args.json:
+        print(json.dumps({"target": str(target), "answers": [
+            {"policy": a.policy, "gpus": a.gpus, **a.result.summary()} for a in answers]},
+            indent=2))
+    else:
+        print("\n".join(lines))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.size_for:
+        return _sizing(args)
     shared = _shared_cluster(args.cluster)
     mixed = _mixed_cluster(args.cluster) if shared is None else None
     cluster: ClusterSpec | SharedCluster | MixedCluster
