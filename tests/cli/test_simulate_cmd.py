@@ -29,6 +29,9 @@ def test_default_run_prints_the_table_and_writes_the_report(
     page = report.read_text()
     assert page.startswith("<!doctype html>")
     assert "<svg" in page
+    legend = page.split("<p class='legend'>", 1)[1].split("</p>", 1)[0]
+    assert "1g (one compute slice), held" in legend
+    assert "7g, free" in legend
     assert len(page) > 10_000
 
 

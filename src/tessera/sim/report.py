@@ -126,6 +126,23 @@ def _layout_svg(samples: Sequence[tuple[float, Layout]], horizon: float,
     return "".join(parts)
 
 
+_LEGEND_NAMES = {"1": "1g (one compute slice)", "2": "2g", "3": "3g", "4": "4g", "7": "7g",
+                 "share": "share of a GPU without MIG", "whole": "whole GPU without MIG"}
+
+
+def _legend() -> str:
+    """What the strips' colours and shades mean, as a row of swatches."""
+    items = []
+    for key, colour in _PROFILE_COLOUR.items():
+        for opacity, state in ((1.0, "held"), (0.3, "free")):
+            items.append(
+                f'<span style="display:inline-block;margin-right:12px">'
+                f'<svg width="14" height="14"><rect width="14" height="14" fill="{colour}" '
+                f'fill-opacity="{opacity}"/></svg> {html.escape(_LEGEND_NAMES[key])}, '
+                f"{state}</span>")
+    return "<p class='legend'>" + "".join(items) + "</p>"
+
+
 def write_report(path: Path, results: Sequence[RunResult], *, title: str,
                  details: Sequence[str]) -> Path:
     """Write the HTML report to ``path`` (parents created) and return it."""
@@ -142,6 +159,7 @@ def write_report(path: Path, results: Sequence[RunResult], *, title: str,
         "<h2>GPU layouts over time</h2><p>Each strip is one GPU: time to the right, memory "
         "slices 0-7 downwards (on a GPU without MIG: the whole GPU, or its shares); solid "
         "while a pod holds the slice or share, pale while free.</p>",
+        _legend(),
     ]
     for r in results:
         if not r.layouts:
