@@ -442,3 +442,25 @@ def test_a_preview_plans_as_a_tick_would_and_writes_nothing() -> None:
     (target,) = preview.gpus
     assert {(s.profile, s.start) for s in written.gpus[0].slices} == {
         (s.profile, s.start) for s in target.slices}, "the tick does what the preview said"
+
+
+def test_a_slice_given_to_a_pod_that_waits_for_it_is_not_given_again() -> None:
+    """A pod placed on a free slice waits until the kubelet shows it; a plan meanwhile must
+    not hand the same slice to the next pod (both were placed, one could never start)."""
+    cache, recorder, controller, clock = setup()
+    cache.put("node", "ADDED", node("node-a"))  # allocatable lags: shows nothing yet
+    cache.put("nodepartition", "ADDED", partition("node-a", [
+        {"profile": "1g.10gb", "start": 0, "gpuInstanceId": 7,
+         "uuid": "MIG-00000007-0000-5000-0000-000000000000"}]))
+    cache.put("pod", "ADDED", pod("first"))
+    controller.tick()
+    clock.now += 1
+    controller.tick()
+    assert recorder.specs == [], "the free slice is used as it is"
+    cache.put("pod", "ADDED", pod("second"))
+    controller.tick()
+    clock.now += 1
+    controller.tick()
+    events = {e[0]: e[2] for e in recorder.pod_events if e[1] == "Placed"}
+    assert events["ml/first"].startswith("free 1g.10gb on node-a GPU 0")
+    assert events["ml/second"].startswith("creating 1g.10gb"), events["ml/second"]

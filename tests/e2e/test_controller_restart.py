@@ -80,15 +80,27 @@ def _plans(log: str) -> int:
     return sum(1 for line in log.splitlines() if "planned " in line)
 
 
+def _in_flight(system: TesseraDeployment) -> bool:
+    """A plan written that the node's agent has not reported applied yet."""
+    for node in system.nodes:
+        partition = system.partition(node)
+        wanted = partition.get("spec", {}).get("planId")
+        if wanted and wanted != partition.get("status", {}).get("appliedPlanId"):
+            return True
+    return False
+
+
 def _settled(system: TesseraDeployment, pods: int) -> tuple[frozenset[str], frozenset[str]]:
-    """Wait until every pod is Running or gated and that stays so for 5 s: (running, gated)."""
+    """Wait until every pod is Running or gated, no plan is in flight, and that stays so for
+    8 s: (running, gated). A pod the controller placed stays gated while its node applies the
+    plan and the kubelet advertises the slice; settling earlier would take that for "waits"."""
     seen: list[tuple[frozenset[str], frozenset[str]]] = []
 
     def probe() -> bool:
         state = (frozenset(_running(system)), frozenset(_gated(system)))
-        complete = len(state[0]) + len(state[1]) == pods
+        complete = len(state[0]) + len(state[1]) == pods and not _in_flight(system)
         seen.append(state if complete else (frozenset(), frozenset()))
-        return complete and len(seen) >= 25 and len(set(seen[-25:])) == 1
+        return complete and len(seen) >= 40 and len(set(seen[-40:])) == 1
 
     eventually(probe, 90, f"{pods} pods Running or gated, unchanged for 5 s")
     return seen[-1]
@@ -106,7 +118,7 @@ def test_a_restarted_controller_hands_freed_slices_to_waiting_pods(
             system.core.create_namespaced_pod("default", _pod(f"{prefix}-{i}", profile))
         created += count
         running, waiting = _settled(system, created)
-    assert {"big-0", "big-1", "mid-0", "mid-1"} <= running
+    assert {"big-0", "big-1", "mid-0", "mid-1"} <= running, first.log_tail(40)
     assert waiting, "more was asked than two cards hold"
     assert all(n.startswith("small-") for n in waiting), (sorted(running), sorted(waiting))
     first.stop()

@@ -237,8 +237,19 @@ class Controller:
             inflight.add(name)
         return inflight
 
-    def _claimed(self, pods: Mapping[str, RawObject]) -> dict[str, dict[str, int]]:
+    def _claimed(self, pods: Mapping[str, RawObject],
+                 placed: bool = False) -> dict[str, dict[str, int]]:
+        """GPU units held per node by pods bound there (or released to it); with ``placed``,
+        also by pods a plan put there that wait for the slice to show: a new plan must not
+        hand the same slice to another pod meanwhile (it did, when a node applied its plan
+        before the kubelet advertised the slice)."""
         claimed: dict[str, dict[str, int]] = {}
+        if placed:
+            for key, waiting in self.state.waiting.items():
+                if key in pods and not pods[key].get("spec", {}).get("nodeName"):
+                    slot = claimed.setdefault(waiting.node, {})
+                    for resource, count in waiting.requests:
+                        slot[resource] = slot.get(resource, 0) + count
         for key, pod in pods.items():
             if demand.is_terminal(pod):
                 continue
@@ -362,9 +373,9 @@ class Controller:
         state = self.state
         candidates = {k: p for k, p in waiting.items() if k not in state.waiting}
         pending = [demand.pending_pod(p) for p in candidates.values()]
-        snapshot = build_snapshot(nodes.values(), partitions, policies, self._claimed(pods),
-                                  frozen=inflight, last_change=state.last_change,
-                                  now=self._wall())
+        snapshot = build_snapshot(nodes.values(), partitions, policies,
+                                  self._claimed(pods, placed=True), frozen=inflight,
+                                  last_change=state.last_change, now=self._wall())
         inputs = (replace(snapshot, now=None), frozenset(pending))
         if inputs == state.last_inputs and now - state.last_plan_at < self.settings.resync_s:
             # Nothing changed since these pods last found no room: planning again would
@@ -404,7 +415,7 @@ class Controller:
         inflight = self._inflight(partitions, now)
         waiting = [demand.pending_pod(p) for p in pods.values() if demand.is_waiting(p)]
         snapshot = build_snapshot(nodes.values(), partitions, list(policies.values()),
-                                  self._claimed(pods), frozen=inflight,
+                                  self._claimed(pods, placed=True), frozen=inflight,
                                   last_change=self.state.last_change, now=self._wall())
         return planner.plan(snapshot, waiting, solver=self.settings.solver)
 
