@@ -52,6 +52,20 @@ class _Model(NamedTuple):
     profiles: tuple[_P, ...]
 
 
+_HOPPER_96GB_PROFILES: tuple[_P, ...] = (
+    # The H100 with 96 GB: GH200-96GB and H100-96GB (the MIG guide's "H100 96GB product (H100
+    # on GH200)" table) share it row for row.
+    # name, NVML constant, profile id, compute slices, memory slices, MiB, max count, SMs,
+    # engines (CE, DEC, ENC, JPEG, OFA), placement starts, unverified fields
+    _P("1g.12gb", "1_SLICE", 19, 1, 1, 11264, 7, 16, (1, 1, 0, 1, 0), (0, 1, 2, 3, 4, 5, 6), ()),
+    _P("1g.12gb+me", "1_SLICE_REV1", 20, 1, 1, 11264, 1, 16, (1, 1, 0, 1, 1), (0, 1, 2, 3, 4, 5, 6), ()),
+    _P("1g.24gb", "1_SLICE_REV2", 15, 1, 2, 23552, 4, 26, (1, 1, 0, 1, 0), (0, 2, 4, 6), ()),
+    _P("2g.24gb", "2_SLICE", 14, 2, 2, 23552, 3, 32, (2, 2, 0, 2, 0), (0, 2, 4), ()),
+    _P("3g.48gb", "3_SLICE", 9, 3, 4, 47616, 2, 60, (3, 3, 0, 3, 0), (0, 4), ()),
+    _P("4g.48gb", "4_SLICE", 5, 4, 4, 47616, 1, 64, (4, 4, 0, 4, 0), (0,), ()),
+    _P("7g.96gb", "7_SLICE", 0, 7, 8, 95232, 1, 132, (8, 7, 0, 7, 1), (0,), ()),
+)
+
 MODELS: tuple[_Model, ...] = (
     _Model(
         name="A30-24GB",
@@ -207,17 +221,7 @@ MODELS: tuple[_Model, ...] = (
         min_driver=None,
         source='real -lgip on GH200 (a10-cuanschutz01); placements NOT directly observed (inferred = H100 geometry; GI ids 3,4,5 seen for 1g.24gb)',
         unverified=('placements',),
-        profiles=(
-            # name, NVML constant, profile id, compute slices, memory slices, MiB, max count, SMs,
-            # engines (CE, DEC, ENC, JPEG, OFA), placement starts, unverified fields
-            _P("1g.12gb", "1_SLICE", 19, 1, 1, 11264, 7, 16, (1, 1, 0, 1, 0), (0, 1, 2, 3, 4, 5, 6), ()),
-            _P("1g.12gb+me", "1_SLICE_REV1", 20, 1, 1, 11264, 1, 16, (1, 1, 0, 1, 1), (0, 1, 2, 3, 4, 5, 6), ()),
-            _P("1g.24gb", "1_SLICE_REV2", 15, 1, 2, 23552, 4, 26, (1, 1, 0, 1, 0), (0, 2, 4, 6), ()),
-            _P("2g.24gb", "2_SLICE", 14, 2, 2, 23552, 3, 32, (2, 2, 0, 2, 0), (0, 2, 4), ()),
-            _P("3g.48gb", "3_SLICE", 9, 3, 4, 47616, 2, 60, (3, 3, 0, 3, 0), (0, 4), ()),
-            _P("4g.48gb", "4_SLICE", 5, 4, 4, 47616, 1, 64, (4, 4, 0, 4, 0), (0,), ()),
-            _P("7g.96gb", "7_SLICE", 0, 7, 8, 95232, 1, 132, (8, 7, 0, 7, 1), (0,), ()),
-        ),
+        profiles=_HOPPER_96GB_PROFILES,
     ),
     _Model(
         name="GH200-144GB",
@@ -255,17 +259,7 @@ MODELS: tuple[_Model, ...] = (
         min_driver=None,
         source="MIG user guide table 'H100 96GB product (H100 on GH200)': the GH200-96GB geometry; memory/SMs/engines from the GH200 -lgip; product name not published (PCI id from pci.ids and the GPU Operator's filter)",
         unverified=('placements', 'product_names'),
-        profiles=(
-            # name, NVML constant, profile id, compute slices, memory slices, MiB, max count, SMs,
-            # engines (CE, DEC, ENC, JPEG, OFA), placement starts, unverified fields
-            _P("1g.12gb", "1_SLICE", 19, 1, 1, 11264, 7, 16, (1, 1, 0, 1, 0), (0, 1, 2, 3, 4, 5, 6), ()),
-            _P("1g.12gb+me", "1_SLICE_REV1", 20, 1, 1, 11264, 1, 16, (1, 1, 0, 1, 1), (0, 1, 2, 3, 4, 5, 6), ()),
-            _P("1g.24gb", "1_SLICE_REV2", 15, 1, 2, 23552, 4, 26, (1, 1, 0, 1, 0), (0, 2, 4, 6), ()),
-            _P("2g.24gb", "2_SLICE", 14, 2, 2, 23552, 3, 32, (2, 2, 0, 2, 0), (0, 2, 4), ()),
-            _P("3g.48gb", "3_SLICE", 9, 3, 4, 47616, 2, 60, (3, 3, 0, 3, 0), (0, 4), ()),
-            _P("4g.48gb", "4_SLICE", 5, 4, 4, 47616, 1, 64, (4, 4, 0, 4, 0), (0,), ()),
-            _P("7g.96gb", "7_SLICE", 0, 7, 8, 95232, 1, 132, (8, 7, 0, 7, 1), (0,), ()),
-        ),
+        profiles=_HOPPER_96GB_PROFILES,
     ),
     _Model(
         name="PG506-96GB",
