@@ -8,10 +8,10 @@ callers need (resource names, placements, GPU-instance ids) so that nothing is s
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Literal
+from typing import Literal, Protocol, TypeVar
 
 from tessera.core import _mig_table
 from tessera.core.errors import UnknownModelError, UnknownProfileError
@@ -381,15 +381,19 @@ def model(name: str, field_name: str = "model") -> GpuModel:
     Anything else is refused naming the field and every valid name."""
     found = find_model(name)
     if found is None:
-        lowered = name.strip().lower()
-        several = [m.name for m in models() if lowered and m.name.lower().startswith(lowered)]
-        problem = (f"GPU model {name!r} is ambiguous: it starts {', '.join(several)}"
-                   if len(several) > 1 else f"unknown GPU model {name!r}")
-        raise UnknownModelError(
-            field_name, f"{problem} (a catalogue name, an NVML product name, a PCI device id "
-            "or a unique prefix)", [m.name for m in models()]
-        )
+        raise _unknown(name, field_name, [m.name for m in models()])
     return found
+
+
+def _unknown(name: str, field_name: str, names: list[str]) -> UnknownModelError:
+    """Why ``name`` resolves to no card: unknown, or a prefix of several (named)."""
+    lowered = name.strip().lower()
+    several = [n for n in names if lowered and n.lower().startswith(lowered)]
+    problem = (f"GPU model {name!r} is ambiguous: it starts {', '.join(several)}"
+               if len(several) > 1 else f"unknown GPU model {name!r}")
+    return UnknownModelError(
+        field_name, f"{problem} (a catalogue name, an NVML product name, a PCI device id "
+        "or a unique prefix)", names)
 
 
 def _pci_id(text: str) -> int | None:
@@ -399,30 +403,59 @@ def _pci_id(text: str) -> int | None:
     return int(digits, 16)
 
 
-def find_model(name: str, pci_device_id: int | None = None) -> GpuModel | None:
-    """Map a card to its model: by PCI device id first (exact), else as :func:`model` reads
-    ``name``; None when nothing (or more than one model, for a prefix) matches."""
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def product_names(self) -> tuple[str, ...]: ...
+
+    @property
+    def pci_device_ids(self) -> tuple[int, ...]: ...
+
+
+_C = TypeVar("_C", bound=_Named)
+
+
+def _exact(cards: Sequence[_C], name: str, pci_device_id: int | None,
+           spellings: Iterable[str]) -> _C | None:
+    """By PCI device id (exact), catalogue name, product name in ``spellings``, or PCI id
+    text, in that order."""
     if pci_device_id is not None:
-        for candidate in models():
+        for candidate in cards:
             if pci_device_id in candidate.pci_device_ids:
                 return candidate
     lowered = name.strip().lower()
     if not lowered:
         return None
-    for candidate in models():
+    for candidate in cards:
         if candidate.name.lower() == lowered:
             return candidate
-    for product in (lowered, f"nvidia {lowered}"):
-        for candidate in models():
+    for product in spellings:
+        for candidate in cards:
             if any(p.lower() == product for p in candidate.product_names):
                 return candidate
     number = _pci_id(lowered)
     if number is not None:
-        for candidate in models():
+        for candidate in cards:
             if any(number in (full, full >> 16) for full in candidate.pci_device_ids):
                 return candidate
-    prefixed = [c for c in models() if c.name.lower().startswith(lowered)]
-    return prefixed[0] if len(prefixed) == 1 else None  # "h200" is H200-141GB; "a100" is neither
+    return None
+
+
+def _prefix(cards: Sequence[_C], name: str) -> _C | None:
+    """The one card whose catalogue name starts with ``name`` (none when several do)."""
+    lowered = name.strip().lower()
+    prefixed = [c for c in cards if lowered and c.name.lower().startswith(lowered)]
+    return prefixed[0] if len(prefixed) == 1 else None
+
+
+def find_model(name: str, pci_device_id: int | None = None) -> GpuModel | None:
+    """Map a card to its model: by PCI device id first (exact), else as :func:`model` reads
+    ``name``; None when nothing (or more than one model, for a prefix) matches."""
+    lowered = name.strip().lower()
+    return _exact(models(), name, pci_device_id, (lowered, f"nvidia {lowered}")) or _prefix(
+        models(), name)  # "h200" is H200-141GB; "a100" is neither
 
 
 def mig_resource_name(profile_name: str) -> str:
@@ -615,42 +648,19 @@ Card = GpuModel | WholeGpu
 
 
 def find_card(name: str, pci_device_id: int | None = None) -> Card | None:
-    """:func:`find_model`, then the same rules over the cards without MIG."""
-    found = find_model(name, pci_device_id)
-    if found is not None:
-        return found
-    if pci_device_id is not None:
-        for whole in whole_gpus():
-            if pci_device_id in whole.pci_device_ids:
-                return whole
+    """:func:`find_model`, then the same rules over the cards without MIG (whose product
+    name driver 465 prefixed: "NVIDIA Tesla T4"); a prefix must be unique over both."""
     lowered = name.strip().lower()
-    if not lowered:
-        return None
-    spellings = {lowered, f"nvidia {lowered}", lowered.removeprefix("nvidia ")}
-    for whole in whole_gpus():  # driver 465 named a T4 "NVIDIA Tesla T4"
-        if whole.name.lower() == lowered or any(
-                p.lower() in spellings for p in whole.product_names):
-            return whole
-    number = _pci_id(lowered)
-    if number is not None:
-        for whole in whole_gpus():
-            if any(number in (full, full >> 16) for full in whole.pci_device_ids):
-                return whole
+    spellings = (lowered, f"nvidia {lowered}", lowered.removeprefix("nvidia "))
     every: list[Card] = [*models(), *whole_gpus()]
-    prefixed = [c for c in every if c.name.lower().startswith(lowered)]
-    return prefixed[0] if len(prefixed) == 1 else None
+    return (_exact(models(), name, pci_device_id, spellings[:2])
+            or _exact(whole_gpus(), name, pci_device_id, spellings) or _prefix(every, name))
 
 
 def card(name: str, field_name: str = "model") -> Card:
     """Any card Tessera knows, MIG-capable or not, named as :func:`model` reads names."""
     found = find_card(name)
     if found is None:
-        every = [m.name for m in models()] + [w.name for w in whole_gpus()]
-        lowered = name.strip().lower()
-        several = [n for n in every if lowered and n.lower().startswith(lowered)]
-        problem = (f"GPU model {name!r} is ambiguous: it starts {', '.join(several)}"
-                   if len(several) > 1 else f"unknown GPU model {name!r}")
-        raise UnknownModelError(
-            field_name, f"{problem} (a catalogue name, an NVML product name, a PCI device id "
-            "or a unique prefix)", every)
+        raise _unknown(name, field_name, [m.name for m in models()]
+                       + [w.name for w in whole_gpus()])
     return found
