@@ -373,9 +373,7 @@ class Controller:
         state = self.state
         candidates = {k: p for k, p in waiting.items() if k not in state.waiting}
         pending = [demand.pending_pod(p) for p in candidates.values()]
-        snapshot = build_snapshot(nodes.values(), partitions, policies,
-                                  self._claimed(pods, placed=True), frozen=inflight,
-                                  last_change=state.last_change, now=self._wall())
+        snapshot = self._snapshot(pods, nodes, partitions, policies, inflight)
         inputs = (replace(snapshot, now=None), frozenset(pending))
         if inputs == state.last_inputs and now - state.last_plan_at < self.settings.resync_s:
             # Nothing changed since these pods last found no room: planning again would
@@ -414,10 +412,16 @@ class Controller:
         now = self._clock()
         inflight = self._inflight(partitions, now)
         waiting = [demand.pending_pod(p) for p in pods.values() if demand.is_waiting(p)]
-        snapshot = build_snapshot(nodes.values(), partitions, list(policies.values()),
-                                  self._claimed(pods, placed=True), frozen=inflight,
-                                  last_change=self.state.last_change, now=self._wall())
+        snapshot = self._snapshot(pods, nodes, partitions, list(policies.values()), inflight)
         return planner.plan(snapshot, waiting, solver=self.settings.solver)
+
+    def _snapshot(self, pods: Mapping[str, RawObject], nodes: Mapping[str, RawObject],
+                  partitions: Mapping[str, NodePartition], policies: list[PartitionPolicy],
+                  inflight: set[str]) -> planner.Snapshot:
+        """The planner's view: placed pods that wait for their slice hold it too."""
+        return build_snapshot(nodes.values(), partitions, policies,
+                              self._claimed(pods, placed=True), frozen=inflight,
+                              last_change=self.state.last_change, now=self._wall())
 
     def _tell(self, pod: str, reason: str, message: str, warning: bool) -> None:
         if self.state.told.get(pod) == f"{reason}:{message}":
