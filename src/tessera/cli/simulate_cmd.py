@@ -207,8 +207,9 @@ def _mixed_cluster(text: str) -> MixedCluster | None:
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if len(parts) < 2:
         return None
-    shared = [c for c in (_shared_cluster(p) for p in parts) if c is not None]
-    mig = [p for p in parts if _shared_cluster(p) is None]
+    kinds = [(p, _shared_cluster(p)) for p in parts]
+    shared = [c for _, c in kinds if c is not None]
+    mig = [p for p, c in kinds if c is None]
     if len(shared) != 1 or len(mig) != 1:
         raise InvalidInputError("--cluster", "a mixed cluster is one NODESxGPUSxMODEL of MIG "
                                 "cards and one of cards without MIG, e.g. "

@@ -137,7 +137,7 @@ class _Pass:
     def take_whole(self, fits: list[int], units: int) -> bool:
         """``units`` whole GPUs on one node: idle ones, then shared ones with every share free
         taken back; the node needing the fewest switches wins."""
-        best: tuple[int, int] | None = None
+        best: tuple[int, int, list[int]] | None = None
         for n in fits:
             back = [i for i in range(len(self.gpus[n]))
                     if not self.whole_free[n][i] and self._idle(n, i)]
@@ -145,12 +145,10 @@ class _Pass:
             if need > len(back):
                 continue
             if best is None or need < best[0]:
-                best = (need, n)
+                best = (need, n, back)
         if best is None:
             return False
-        need, n = best
-        back = [i for i in range(len(self.gpus[n]))
-                if not self.whole_free[n][i] and self._idle(n, i)]
+        need, n, back = best
         for i in back[:need]:
             self.switched[(n, i)] = replace(self.gpus[n][i], mode="none", shares=0,
                                             shares_in_use=0, in_use=False)
