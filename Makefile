@@ -2,6 +2,8 @@
 #   make test   create .venv if needed, install with dev extras, lint, type-check, layer-check, test
 #   make demo   the main job on its embedded default
 #   make cluster-bins  build the e2e test cluster's binaries (tools/k8s) unless already built
+#   make promtool      build promtool (tools/promtool) for the alert-rule checks unless built
+#   make browser       install Debian's Chromium (as root) for the report's browser test
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -20,8 +22,15 @@ K8S_KEY := $(shell cat $(K8S_SOURCES) | sha256sum | cut -c1-12)
 CLUSTER_CACHE ?= $(HOME)/.cache/tessera/k8s
 CLUSTER_BINS := $(CLUSTER_CACHE)/$(K8S_VERSION)-$(K8S_KEY)
 CLUSTER_STAMP := $(CLUSTER_BINS)/.built
+# promtool, from the Prometheus release pinned in tools/promtool/go.mod, cached the same way.
+PROM_VERSION := $(shell awk '{ for (i = 1; i < NF; i++) if ($$i == "github.com/prometheus/prometheus") { print $$(i + 1); exit } }' tools/promtool/go.mod)
+PROM_SOURCES := tools/promtool/go.mod tools/promtool/go.sum tools/promtool/build.sh tools/promtool/tools.go
+PROM_KEY := $(shell cat $(PROM_SOURCES) | sha256sum | cut -c1-12)
+PROMTOOL_DIR := $(HOME)/.cache/tessera/promtool/$(PROM_VERSION)-$(PROM_KEY)
+PROMTOOL := $(PROMTOOL_DIR)/promtool
 
-.PHONY: test lint typecheck layers proto-check crd-check pytest demo proto clean cluster-bins
+.PHONY: test lint typecheck layers proto-check crd-check pytest demo proto clean cluster-bins \
+	promtool browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,7 +38,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP) lint typecheck layers proto-check crd-check cluster-bins pytest
+test: $(STAMP) lint typecheck layers proto-check crd-check cluster-bins promtool browser \
+	pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
@@ -49,10 +59,26 @@ crd-check: $(STAMP)
 proto: $(STAMP)
 	$(BIN)/python tools/gen_proto.py
 
-pytest: $(STAMP) cluster-bins
-	TESSERA_K8S_BIN=$(CLUSTER_BINS) $(BIN)/pytest -q
+pytest: $(STAMP) cluster-bins promtool browser
+	TESSERA_K8S_BIN=$(CLUSTER_BINS) TESSERA_PROMTOOL=$(PROMTOOL) $(BIN)/pytest -q
 
 cluster-bins: $(CLUSTER_STAMP)
+
+promtool: $(PROMTOOL)
+	@echo "TESSERA_PROMTOOL=$(PROMTOOL)"
+
+$(PROMTOOL):
+	GO=$(GO) tools/promtool/build.sh $(PROMTOOL_DIR)
+
+# The report's browser test opens the page in Debian's Chromium (/usr/bin/chromium); as root
+# this installs it when missing (about 20 s), otherwise it says how and the test skips.
+browser:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium \
+	    >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q --no-install-recommends chromium >/dev/null; }; \
+	else echo "Chromium missing: sudo apt-get install chromium (the browser test skips)"; fi
 
 $(CLUSTER_STAMP):
 	GO=$(GO) tools/k8s/build.sh $(CLUSTER_BINS)

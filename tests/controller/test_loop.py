@@ -245,16 +245,47 @@ def test_pods_bound_to_one_gpu_do_not_hide_free_slices_on_another() -> None:
 class PlanCounter:
     def __init__(self) -> None:
         self.plans = 0
+        self.oldest: list[float] = []
+        self.waits: list[float | None] = []
 
-    def record_tick(self, pending: int, leader: bool) -> None:
-        pass
+    def record_tick(self, pending: int, leader: bool, oldest_s: float = 0.0) -> None:
+        self.oldest.append(oldest_s)
 
     def record_plan(self, seconds: float, placed: int, unplaced: int, created: int,
                     destroyed: int) -> None:
         self.plans += 1
 
-    def record_release(self) -> None:
-        pass
+    def record_release(self, waited_s: float | None = None) -> None:
+        self.waits.append(waited_s)
+
+
+def test_the_oldest_waiting_pod_s_age_and_each_pod_s_wait_are_measured() -> None:
+    """What the dashboard's "pending GPU pods and their age" and the wait alert read: the
+    age of the oldest waiting pod on every tick, and creation-to-release per released pod."""
+    cache = ClusterCache()
+    recorder = Recorder(cache)
+    created = 1_796_205_600.0  # the pods' creationTimestamp, 2026-12-02T10:00:00Z
+    clock = Clock()
+    clock.now = created + 100
+    counter = PlanCounter()
+    controller = Controller(cache, recorder, ControllerSettings(
+        batch_idle_s=0.5, batch_max_s=3.0), clock=clock, wall_clock=clock, metrics=counter)
+    cache.put("partitionpolicy", "ADDED", DYNAMIC)
+    cache.put("node", "ADDED", node("node-a", {"nvidia.com/mig-1g.10gb": "1"}))
+    free = {"profile": "1g.10gb", "start": 0, "gpuInstanceId": 7,
+            "uuid": "MIG-00000000-0000-5000-0000-000000000001"}
+    cache.put("nodepartition", "ADDED", partition("node-a", [free]))
+    cache.put("pod", "ADDED", pod("waits"))
+    controller.tick()
+    assert counter.oldest[-1] == 100.0
+    for _ in range(5):
+        clock.now += 1
+        controller.tick()
+    assert [r[0] for r in recorder.released] == ["ml/waits"]
+    (waited,) = counter.waits
+    assert waited is not None
+    assert 100.0 < waited <= 106.0
+    assert counter.oldest[:3] == [100.0, 101.0, 102.0], "the age grows with the clock"
 
 
 def test_pods_that_do_not_fit_are_planned_again_only_when_something_changed() -> None:

@@ -17,6 +17,7 @@ from tessera.core.planner import MatchExpression, PendingPod, Toleration
 
 __all__ = [
     "GATE",
+    "created_at",
     "gpu_requests",
     "is_gated",
     "is_terminal",
@@ -93,6 +94,12 @@ def _timestamp(text: str | None) -> float:
     if not text:
         return 0.0
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def created_at(pod: RawPod) -> float | None:
+    """The pod's creation time (epoch seconds), or None before the API server set it."""
+    text = pod.get("metadata", {}).get("creationTimestamp")
+    return _timestamp(text) if text else None
 
 
 def _cpu_milli(value: Any) -> int:

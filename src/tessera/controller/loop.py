@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -67,23 +67,23 @@ class Writer(Protocol):
 
 
 class Metrics(Protocol):
-    def record_tick(self, pending: int, leader: bool) -> None: ...
+    def record_tick(self, pending: int, leader: bool, oldest_s: float = 0.0) -> None: ...
 
     def record_plan(self, seconds: float, placed: int, unplaced: int, created: int,
                     destroyed: int) -> None: ...
 
-    def record_release(self) -> None: ...
+    def record_release(self, waited_s: float | None = None) -> None: ...
 
 
 class _NoMetrics:
-    def record_tick(self, pending: int, leader: bool) -> None:
+    def record_tick(self, pending: int, leader: bool, oldest_s: float = 0.0) -> None:
         pass
 
     def record_plan(self, seconds: float, placed: int, unplaced: int, created: int,
                     destroyed: int) -> None:
         pass
 
-    def record_release(self) -> None:
+    def record_release(self, waited_s: float | None = None) -> None:
         pass
 
 
@@ -174,6 +174,11 @@ class _State:
     last_inputs: object = None
     """What the last plan was made from (snapshot without its clock, pending pods)."""
     last_plan_at: float = float("-inf")
+
+
+def _age(pod: RawObject, wall: float) -> float | None:
+    created = demand.created_at(pod)
+    return None if created is None else max(0.0, wall - created)
 
 
 def _allocatable(node: RawObject, resource: str) -> int:
@@ -283,13 +288,18 @@ class Controller:
         self._enforce_policies(nodes, partitions, list(policies.values()), inflight, now)
         inflight |= set(self.state.written)
         waiting = {k: p for k, p in pods.items() if demand.is_waiting(p)}
-        self.metrics.record_tick(len(waiting), True)
+        self.metrics.record_tick(len(waiting), True, self._oldest_wait(waiting.values()))
         self._forget(pods, waiting)
         fresh = frozenset(k for k in waiting if k not in self.state.waiting)
         if fresh and self._batch_closed(fresh, now):
             self._plan(waiting, pods=pods, nodes=nodes, partitions=partitions,
                        policies=list(policies.values()), inflight=inflight, now=now)
         self._release(pods, nodes, inflight, now)
+
+    def _oldest_wait(self, waiting: Iterable[RawObject]) -> float:
+        """How long the oldest waiting GPU pod has existed: the age an alert fires on."""
+        wall = self._wall()
+        return max((a for a in (_age(p, wall) for p in waiting) if a is not None), default=0.0)
 
     def _batch_closed(self, fresh: frozenset[str], now: float) -> bool:
         state = self.state
@@ -456,7 +466,7 @@ class Controller:
                 continue
             hostname = node_labels(node).get("kubernetes.io/hostname", waiting.node)
             self.writer.release_pod(key, waiting.node, hostname, demand.is_gated(pod))
-            self.metrics.record_release()
+            self.metrics.record_release(_age(pod, self._wall()))
             for resource, count in waiting.requests:
                 held[resource] = held.get(resource, 0) + count
             state.released[key] = waiting

@@ -65,10 +65,23 @@ class ControllerMetrics:
                               "Pods the last plan could not place", registry=r)
         self.released = Counter("tessera_controller_pods_released_total",
                                 "Pods pinned and released to the scheduler", registry=r)
+        self.oldest = Gauge("tessera_controller_oldest_pending_gpu_pod_age_seconds",
+                            "Age of the oldest GPU pod waiting for capacity (0 when none)",
+                            registry=r)
+        self.waited = Histogram("tessera_controller_pod_wait_seconds",
+                                "From a GPU pod's creation to its release to the scheduler",
+                                buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600),
+                                registry=r)
+        self.errors = Counter("tessera_controller_loop_errors_total",
+                              "Decision-loop ticks that failed, by kind (api, internal)",
+                              ["kind"], registry=r)
+        for kind in ("api", "internal"):
+            self.errors.labels(kind)  # shown at 0 so a rate() has a series from the start
 
-    def record_tick(self, pending: int, leader: bool) -> None:
+    def record_tick(self, pending: int, leader: bool, oldest_s: float = 0.0) -> None:
         self.pending.set(pending)
         self.leader.set(1 if leader else 0)
+        self.oldest.set(oldest_s if leader else 0.0)
 
     def record_plan(self, seconds: float, placed: int, unplaced: int, created: int,
                     destroyed: int) -> None:
@@ -79,8 +92,13 @@ class ControllerMetrics:
         self.created.inc(created)
         self.destroyed.inc(destroyed)
 
-    def record_release(self) -> None:
+    def record_release(self, waited_s: float | None = None) -> None:
         self.released.inc()
+        if waited_s is not None:
+            self.waited.observe(waited_s)
+
+    def record_error(self, kind: str) -> None:
+        self.errors.labels(kind).inc()
 
 
 class ApiWriter:
@@ -224,8 +242,10 @@ def _loop(controller: Controller, elector: LeaderElector, metrics: ControllerMet
             try:
                 controller.tick()
             except ApiException as exc:
+                metrics.record_error("api")
                 log.error("API error in the decision loop: %s %s", exc.status, exc.reason)
             except Exception:
+                metrics.record_error("internal")
                 log.exception("decision loop failed")
         else:
             if leading:
