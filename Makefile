@@ -87,7 +87,8 @@ $(CLUSTER_STAMP):
 demo: $(STAMP)
 	$(BIN)/tessera simulate --cluster 4x8xA100-SXM4-80GB --report simulation-report.html
 	$(BIN)/tessera simulate --cluster 4x8xA100-SXM4-80GB --size-for p95-wait=120s \
-	    --policies dynamic,greedy,static:all-balanced,static:all-7g --no-progress
+	    --policies dynamic,greedy,static:all-balanced,static:all-7g --no-progress \
+	    --report simulation-sizing.html
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tessera.cli.main import main
+from tessera.sim.history import load_history
 from tessera.testing.cluster import Cluster
 from tessera.testing.deployment import TesseraDeployment
 
@@ -181,4 +183,33 @@ def test_tessera_plan_on_the_live_cluster_says_what_the_controller_then_does(
     assert main(["status", "--kubeconfig", kubeconfig, "--node", "l4-a"]) == 0
     assert "l4-a" in capsys.readouterr().out
     for name in [*names, "too-big"]:
+        system.core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+
+
+def test_simulate_export_writes_the_live_gpu_pods_that_simulate_replays(
+        system: TesseraDeployment, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A share pod running, a two-GPU pod waiting (the pool has one L4) and a pod asking what
+    the simulator does not model: the export has the first two with their times and requests,
+    counts the third as skipped, and ``simulate --workload`` replays the file."""
+    system.core.create_namespaced_pod("default", _pod("export-run", SHARED))
+    waits = _pod("export-wait", "nvidia.com/gpu")
+    waits["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+    system.core.create_namespaced_pod("default", waits)
+    system.core.create_namespaced_pod("default", _pod("export-inner", INNER_SHARED))
+    eventually(lambda: _running(system, {"export-run"}), 90, "the share pod Running")
+    out = tmp_path / "pods.csv"
+    assert main(["simulate", "export", "--kubeconfig", str(system.cluster.kubeconfig),
+                 "-o", str(out)]) == 0
+    assert "skipped 1" in capsys.readouterr().err
+    pods = {p.name: p for p in load_history(out).pods}
+    run, wait = pods["default/export-run"], pods["default/export-wait"]
+    assert (str(run.request), run.finished) == ("shared", None)
+    assert run.started is not None
+    assert run.created <= run.started
+    assert (str(wait.request), wait.started, wait.finished) == ("gpu:2", None, None)
+    assert "default/export-inner" not in pods
+    assert main(["simulate", "--workload", str(out), "--cluster", "1x1xL4", "--json",
+                 "--no-progress", "--report", str(tmp_path / "r.html")]) == 0
+    assert json.loads(capsys.readouterr().out)["policies"]
+    for name in ("export-run", "export-wait", "export-inner"):
         system.core.delete_namespaced_pod(name, "default", grace_period_seconds=0)

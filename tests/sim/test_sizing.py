@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -22,12 +23,18 @@ def test_targets_read_like_an_admin_writes_them() -> None:
 
 
 def test_the_answer_comes_first_and_is_the_smallest_size_that_meets_it(
-        capsys: pytest.CaptureFixture[str]) -> None:
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    report = tmp_path / "sizing.html"
     args = ["simulate", "--no-progress", "--policies", "dynamic,static:all-7g",
-            "--size-for", "p95-wait=120s"]
+            "--size-for", "p95-wait=120s", "--report", str(report)]
     assert main(args) == 0
-    first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith("To keep p95 wait <= 120 s: dynamic needs ")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("To keep p95 wait <= 120 s: dynamic needs ")
+    assert out[-1] == f"report: {report}"
+    page = report.read_text()
+    assert page.index(out[0].replace("<=", "&lt;=")) < page.index("<table"), \
+        "the report leads with the answer"
+    assert page.count("<h3>") == 2, "each policy's layouts at the size it needs"
     assert main([*args, "--json"]) == 0
     answers = {a["policy"]: a for a in json.loads(capsys.readouterr().out)["answers"]}
     dynamic = answers["dynamic"]
@@ -73,7 +80,8 @@ def test_bisection_finds_the_fewest_nodes_and_says_when_none_suffice() -> None:
     assert none.gpus is None
 
 
-def test_sizing_gpus_without_mig(capsys: pytest.CaptureFixture[str]) -> None:
+def test_sizing_gpus_without_mig(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["simulate", "--no-progress", "--cluster", "1x4xL4", "--policies",
-                 "whole,static:mps-4", "--size-for", "mean-wait=10m"]) == 0
+                 "whole,static:mps-4", "--size-for", "mean-wait=10m", "--report",
+                 str(tmp_path / "r.html")]) == 0
     assert capsys.readouterr().out.startswith("To keep mean wait <= 600 s: whole ")

@@ -3,6 +3,11 @@
 Every policy runs through the same event loop (:mod:`tessera.sim.engine`) on the same jobs;
 the table goes to stdout, the HTML report to ``--report`` (its path is printed), and a rich
 progress bar to stderr while it runs (``--no-progress`` to silence it).
+
+The workload is an openb trace (``--trace``), a synthetic one, or the user's own pod history
+(``--workload pods.csv``, the format of :mod:`tessera.sim.history`), which ``tessera simulate
+export`` writes from a live cluster. ``export`` is a subcommand of ``simulate`` that only
+exists when named first, so every ``tessera simulate --option ...`` reads as it always did.
 """
 
 from __future__ import annotations
@@ -11,16 +16,33 @@ import argparse
 import json
 import random
 import sys
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tessera.controller import demand
+from tessera.controller.operator import api_listers
 from tessera.core import catalogue
+from tessera.core.catalogue import GpuModel, WholeGpu
 from tessera.core.errors import InvalidInputError
+from tessera.kube.config import api_client
 from tessera.sim.cluster import SHORTHAND, ClusterSpec, load_cluster, shorthand
 from tessera.sim.engine import RunResult, simulate
+from tessera.sim.history import (
+    HistoryPod,
+    history_jobs,
+    load_history,
+    mig_requests,
+    parse_time,
+    request_from_resources,
+    shared_requests,
+    write_history,
+)
 from tessera.sim.mixed import MixedCluster, mixed_jobs, mixed_policy
 from tessera.sim.policies import (
     DEFAULT_BATCH_WINDOW_S,
@@ -54,6 +76,9 @@ DEFAULT_POLICIES = "dynamic,greedy,static:all-balanced,static:all-7g,fluid:gpu"
 SHARED_DEFAULT_POLICIES = "dynamic,static:timeslice-4,static:mps-4,whole,fluid:gpu"
 """On GPUs without MIG (``--cluster 8x8xL4``)."""
 BUNDLED = "bundled"
+DEFAULT_LOAD = 1.3
+SAMPLE_HISTORY = "sample_history.csv"
+"""The pod history ``--workload bundled`` replays, beside the bundled trace."""
 
 
 def register(commands: Any) -> None:
@@ -67,19 +92,26 @@ def register(commands: Any) -> None:
     parser.add_argument("--cluster", default="2x8xA100-80GB",
                         help="NODESxGPUSxMODEL (e.g. 16x8xA100-SXM4-80GB) or a CLUSTER.json "
                         "as for `tessera plan` (default 2x8xA100-80GB)")
-    parser.add_argument("--trace", default=BUNDLED,
+    parser.add_argument("--trace", default=None,
                         help="an openb pod_list CSV, 'bundled' (default: a 416-pod sample of "
                         "openb default shipped with Tessera) or 'synthetic'")
+    parser.add_argument("--workload", metavar="PODS.csv",
+                        help="replay your own pod history instead of a trace, on its own "
+                        "clock: a CSV of name,created,started,finished,request (see the "
+                        "README's Simulation section; `tessera simulate export` writes one "
+                        "from a cluster), or 'bundled' for a small sample. --compress, "
+                        "--rate-scale, --max-duration, --mapping and --size-for apply; "
+                        "--trace, --load and --arrivals poisson are refused beside it")
     parser.add_argument("--policies", default=None,
                         help="comma-separated: dynamic, greedy, static:<layout> (all-1g, "
                         "all-2g, all-3g, all-4g, all-7g, all-balanced: those the card has), "
                         "static:best (best mix in hindsight), fluid:gpu, fluid:cluster "
                         f"(default {DEFAULT_POLICIES}, with all-7g read as the card's "
                         "whole-card layout, e.g. all-4g on an RTX PRO 6000)")
-    parser.add_argument("--arrivals", choices=("poisson", "replay"), default="poisson",
+    parser.add_argument("--arrivals", choices=("poisson", "replay"), default=None,
                         help="poisson: trace order at the rate for --load (default); replay: "
                         "the trace's own timestamps")
-    parser.add_argument("--load", type=float, default=1.3,
+    parser.add_argument("--load", type=float, default=None,
                         help="offered load for poisson arrivals (default 1.3)")
     parser.add_argument("--compress", type=float, default=1.0,
                         help="replay: divide every time by this (same load, sooner)")
@@ -107,11 +139,65 @@ def register(commands: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(run=run)
+    _register_export(parser)
+
+
+EXPORT_HELP = (
+    "Write the GPU pods the cluster has now (every namespace; any container asking an "
+    "nvidia.com/ resource) as a --workload CSV: created, the containers' start and finish, "
+    "and the request. Read-only. It sees only pods that still exist: deleted pods (and "
+    "their times) are gone, so run it periodically (e.g. a CronJob; concatenated exports "
+    "merge, a pod's most complete row wins) or build the CSV from your audit logs. Pods "
+    "asking what the simulator does not model (MPS shares inside a MIG slice, several kinds "
+    "of GPU resource) are skipped and counted.")
+
+
+def _register_export(parser: argparse.ArgumentParser) -> None:
+    """``simulate export``: a subcommand that is optional, so ``simulate`` without it parses
+    exactly as before (argparse only takes a positional word as the subcommand)."""
+    parser.usage = ("%(prog)s [options]\n       %(prog)s export [--kubeconfig K] [--context C] "
+                    "[-o PODS.csv]")
+    sub = parser.add_subparsers(dest="simulate_command", metavar="export", required=False,
+                                title="subcommand")
+    export = sub.add_parser("export", help="write the live cluster's GPU pods as a "
+                            "--workload CSV (read-only)", description=EXPORT_HELP)
+    export.add_argument("--kubeconfig", help="the cluster's kubeconfig (default: in-cluster "
+                        "or the default kubeconfig)")
+    export.add_argument("--context", help="the kubeconfig context to use")
+    export.add_argument("-o", "--output", default="-",
+                        help="the CSV to write (default: stdout)")
+    export.set_defaults(run=run_export)
+
+
+def _history(args: argparse.Namespace, card: GpuModel | WholeGpu
+             ) -> tuple[tuple[Job, ...], float, str]:
+    """``--workload``: the user's own pods on their own clock, asking as ``card``'s do."""
+    if args.workload == BUNDLED:
+        source = resources.files("tessera.sim") / "data" / SAMPLE_HISTORY
+        with resources.as_file(source) as path:
+            history = load_history(Path(path))
+        label = "bundled sample pod history"
+    else:
+        history = load_history(Path(args.workload))
+        label = str(args.workload)
+    convert = (mig_requests(card, args.mapping) if isinstance(card, GpuModel)
+               else shared_requests(card))
+    replayed = history_jobs(history, convert, compress=args.compress,
+                            rate_scale=args.rate_scale, max_duration=args.max_duration)
+    notes = [f"{label}, replayed on its own clock"]
+    if replayed.estimated:
+        notes.append(f"{replayed.estimated} never started (median durations of finished "
+                     "pods like them)")
+    if replayed.skipped:
+        notes.append(f"{replayed.skipped} never started and skipped (no pod finished)")
+    return replayed.jobs, replayed.window, "; ".join(notes)
 
 
 def _workload(args: argparse.Namespace, cluster: ClusterSpec) -> tuple[tuple[Job, ...], float,
                                                                         str]:
     model = cluster.main_model
+    if args.workload:
+        return _history(args, model)
     if args.trace == "synthetic":
         rate = args.load * cluster.capacity / (600.0 * 2.6)  # mean compute of the default mix
         jobs = synthetic(random.Random(args.seed), args.pods, model, rate=rate)
@@ -183,6 +269,8 @@ def _shared_cluster(text: str) -> SharedCluster | None:
 
 def _shared_workload(args: argparse.Namespace, cluster: SharedCluster
                      ) -> tuple[tuple[Job, ...], float, str]:
+    if args.workload:
+        return _history(args, cluster.card)
     if args.trace == "synthetic":
         raise InvalidInputError("--trace", "GPUs without MIG are simulated on openb traces "
                                 "(their shares of a GPU); give one, or 'bundled'")
@@ -219,9 +307,9 @@ def _mixed_cluster(text: str) -> MixedCluster | None:
 
 def _mixed_run(args: argparse.Namespace, cluster: MixedCluster
                ) -> tuple[tuple[Job, ...], float, str, list[tuple[str, SimPolicy | None]]]:
-    if args.trace == "synthetic" or args.arrivals == "replay":
-        raise InvalidInputError("--trace/--arrivals", "a mixed cluster is simulated on an "
-                                "openb trace with Poisson arrivals")
+    if args.trace == "synthetic" or args.arrivals == "replay" or args.workload:
+        raise InvalidInputError("--trace/--arrivals/--workload", "a mixed cluster is "
+                                "simulated on an openb trace with Poisson arrivals")
     rows, label = _rows(args)
     jobs, window, to_mig = mixed_jobs(rows, cluster, load=args.load, seed=args.seed,
                                       max_duration=args.max_duration)
@@ -244,7 +332,8 @@ def _sizing(args: argparse.Namespace) -> int:
                                 "cluster")
     answers = []
     if shared is not None:
-        jobs, horizon, _ = _shared_workload(args, shared)
+        jobs, horizon, source = _shared_workload(args, shared)
+        model_name = shared.card.name
         names = [n.strip() for n in (args.policies or SHARED_DEFAULT_POLICIES).split(",")
                  if n.strip()]
         limit, per_node = shared.nodes * 4, shared.per_node
@@ -258,7 +347,8 @@ def _sizing(args: argparse.Namespace) -> int:
     else:
         mig = load_cluster(args.cluster)
         per_node = len(mig.nodes[0].gpus)
-        jobs, horizon, _ = _workload(args, mig)
+        jobs, horizon, source = _workload(args, mig)
+        model_name = mig.main_model.name
         names = [n.strip() for n in (args.policies or _default_policies(mig)).split(",")
                  if n.strip()]
         limit = len(mig.nodes) * 4
@@ -274,16 +364,43 @@ def _sizing(args: argparse.Namespace) -> int:
             answers.append(size_for(name, make_mig, jobs, horizon, target, limit=limit,
                                     gpus_per_node=per_node))
     lines = headline(answers, target, limit * per_node)
+    details = [f"cluster: nodes of {per_node} {model_name} GPUs, from 1 to {limit} nodes",
+               f"workload: {source}", f"target: {target}",
+               "each policy's run below is at the size it needs (at the largest tried when "
+               "it never meets the target)"]
+    report = write_report(args.report, [a.result for a in answers],
+                          title="Tessera: how many GPUs does this workload need?",
+                          details=details, headline=lines)
     if args.json:
-        print(json.dumps({"target": str(target), "answers": [
+        print(json.dumps({"target": str(target), "report": str(report), "answers": [
             {"policy": a.policy, "gpus": a.gpus, **a.result.summary()} for a in answers]},
             indent=2))
     else:
         print("\n".join(lines))
+        print(f"report: {report}")
     return 0
 
 
+def _sources(args: argparse.Namespace) -> None:
+    """Settle the workload options: ``--workload`` replaces the trace and its arrival model,
+    so the options that only shape a trace are refused beside it rather than ignored."""
+    if args.workload:
+        given = [name for name, value in (("--trace", args.trace), ("--load", args.load))
+                 if value is not None]
+        if args.arrivals == "poisson":
+            given.append("--arrivals poisson")
+        if given:
+            raise InvalidInputError("--workload", f"replays the pods' own clock, so "
+                                    f"{', '.join(given)} does not apply; drop it (use "
+                                    "--rate-scale for more load)")
+    elif args.trace is None:
+        args.trace = BUNDLED
+    if args.load is None:
+        args.load = DEFAULT_LOAD
+
+
 def run(args: argparse.Namespace) -> int:
+    _sources(args)
     if args.size_for:
         return _sizing(args)
     shared = _shared_cluster(args.cluster)
@@ -342,4 +459,85 @@ def run(args: argparse.Namespace) -> int:
         print(render_class_table(results))
         print(f"report: {report}")
     sys.stdout.flush()
+    return 0
+
+
+def history_row(pod: Mapping[str, Any]) -> HistoryPod:
+    """A raw Pod (as the API lists it) as a ``--workload`` row; InvalidInputError saying why a
+    pod cannot be one.
+
+    Started: the earliest container start (init containers, restarts' last state included):
+    the GPU is the pod's from then. Finished: the latest finish, once every app container has
+    terminated (a container waiting to restart still holds its GPU)."""
+    request = request_from_resources(demand.gpu_requests(pod))
+    created = demand.created_at(pod)
+    if created is None:
+        raise InvalidInputError("metadata.creationTimestamp", "is not set")
+    status = pod.get("status") or {}
+    app = list(status.get("containerStatuses") or [])
+    starts: list[float] = []
+    for container in [*(status.get("initContainerStatuses") or []), *app]:
+        for state in (container.get("state") or {}, container.get("lastState") or {}):
+            for phase in ("running", "terminated"):
+                text = (state.get(phase) or {}).get("startedAt")
+                if text:
+                    starts.append(parse_time(text, f"{phase}.startedAt")[0])
+    started = min((t for t in starts if t > 0), default=None)  # 0: a container never run
+    ends = [(c.get("state") or {}).get("terminated") or {} for c in app]
+    finished = None
+    if app and all(ends):
+        finished = max((parse_time(e["finishedAt"], "terminated.finishedAt")[0]
+                        for e in ends if e.get("finishedAt")), default=None)
+    if started is None and (finished is not None or demand.is_terminal(pod)):
+        raise InvalidInputError("status", "ended without starting")
+    return HistoryPod(demand.pod_key(pod), created, started, finished, request)
+
+
+def history_rows(pods: Iterable[Mapping[str, Any]]) -> tuple[list[HistoryPod], Counter[str]]:
+    """The GPU pods among ``pods`` as rows in creation order, and why the others were
+    skipped (pods asking no ``nvidia.com/`` resource are not counted)."""
+    rows: list[HistoryPod] = []
+    skipped: Counter[str] = Counter()
+    for pod in pods:
+        if not demand.gpu_requests(pod):
+            continue
+        try:
+            rows.append(history_row(pod))
+        except InvalidInputError as exc:
+            skipped[exc.problem] += 1
+    rows.sort(key=lambda r: (r.created, r.name))
+    return rows, skipped
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """List pods only, with the controller's own lister: not the full listing of ``tessera
+    plan --kubeconfig`` (:func:`~tessera.cli.plan_cmd.live_cluster`), which needs Tessera's
+    CRDs, since the export is most useful on a cluster that does not run Tessera yet."""
+    api = api_client(args.kubeconfig, args.context)
+    try:
+        pods = dict(api_listers(api))["pod"]()
+    except ApiException as exc:
+        raise InvalidInputError("--kubeconfig", f"listing pods failed: {exc.status} "
+                                f"{exc.reason}") from exc
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    rows, skipped = history_rows(pods)
+    text = write_history(rows)
+    if args.output == "-":
+        sys.stdout.write(text)
+        where = "stdout"
+    else:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise InvalidInputError("--output", f"cannot write {args.output}: "
+                                    f"{exc.strerror}") from None
+        where = args.output
+    running = sum(1 for r in rows if r.started is not None and r.finished is None)
+    waiting = sum(1 for r in rows if r.started is None)
+    summary = (f"tessera: exported {len(rows)} GPU pods ({running} running, {waiting} "
+               f"waiting) to {where}")
+    if skipped:
+        summary += "; skipped " + ", ".join(f"{n} ({why})" for why, n in sorted(skipped.items()))
+    print(summary, file=sys.stderr)
     return 0

@@ -6,6 +6,8 @@ the controller: it imports only :mod:`tessera.core` and third-party code.
 
 - :mod:`~tessera.sim.workload`: jobs from the openb traces (profile mapping, replay, Poisson
   arrivals for a target load) or a seeded generator;
+- :mod:`~tessera.sim.history`: the user's own pod history (the ``--workload`` CSV that
+  ``tessera simulate export`` writes) as jobs on its own clock;
 - :mod:`~tessera.sim.cluster`: the cluster, from ``16x8xA100-SXM4-80GB`` or a plan file;
 - :mod:`~tessera.sim.policies`: dynamic (the planner), static layouts, nos-style greedy, and
   two fluid bounds, behind one interface;

@@ -15,7 +15,7 @@ from pathlib import Path
 from tessera.sim.engine import RunResult
 from tessera.sim.policies import Layout
 
-__all__ = ["render_class_table", "render_table", "write_report"]
+__all__ = ["comparison", "render_class_table", "render_table", "write_report"]
 
 _COLUMNS = ("policy", "placed", "on arrival", "served", "mean wait", "p95 wait", "frag",
             "reparts", "+slices", "-slices")
@@ -143,15 +143,38 @@ def _legend() -> str:
     return "<p class='legend'>" + "".join(items) + "</p>"
 
 
+def comparison(results: Sequence[RunResult]) -> list[str]:
+    """The answer a reader looks for first, on a cluster of fixed size: how much of the
+    cluster's compute each real policy served (the fluid bounds are ideals, not choices),
+    best first."""
+    real = sorted((r for r in results if not r.policy.startswith("fluid")),
+                  key=lambda r: -r.served_share)
+    if not real:
+        return []
+    best, *rest = real
+    line = (f"{best.policy} served the most: {best.served_share:.1%} of the cluster's compute,"
+            f" {best.placed}/{best.jobs} pods placed, p95 wait {best.p95_wait:.0f} s.")
+    if rest:
+        line += " Then " + ", ".join(f"{r.policy} {r.served_share:.1%}" for r in rest) + "."
+    return [line]
+
+
 def write_report(path: Path, results: Sequence[RunResult], *, title: str,
-                 details: Sequence[str]) -> Path:
-    """Write the HTML report to ``path`` (parents created) and return it."""
+                 details: Sequence[str], headline: Sequence[str] = ()) -> Path:
+    """Write the HTML report to ``path`` (parents created) and return it: the headline answer
+    first (``headline``, or :func:`comparison` of the results), the run's settings, the
+    table, then the plots with their legend."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    lead = list(headline) or comparison(results)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in _COLUMNS)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(r)) + "</tr>"
                    for r in results)
     sections = [
         f"<h1>{html.escape(title)}</h1>",
+        "<div class='headline' style='font-size:1.2em;margin:0.5em 0 1em'>"
+        + "".join(f"<p style='margin:0.2em 0'>{'<strong>' if i == 0 else ''}"
+                  f"{html.escape(line.strip())}{'</strong>' if i == 0 else ''}</p>"
+                  for i, line in enumerate(lead)) + "</div>",
         "<ul>" + "".join(f"<li>{html.escape(d)}</li>" for d in details) + "</ul>",
         f"<table border='1' cellpadding='3'><tr>{head}</tr>{body}</table>",
         "<h2>Compute running over time (share of the cluster)</h2>",

@@ -21,6 +21,9 @@ from tessera.sim.workload import Job
 
 __all__ = ["SizeAnswer", "Target", "headline", "parse_target", "size_for"]
 
+_TRACKED = 4
+"""GPUs whose layouts the answer's run draws for the report."""
+
 _TARGET = re.compile(r"^(p95-wait|mean-wait)=(\d+(?:\.\d+)?)(s|m|h)?$")
 
 
@@ -64,15 +67,15 @@ def size_for(policy_name: str, make: Callable[[int], tuple[SimPolicy, int]],
     """``make(nodes)`` gives a fresh policy on that many nodes and the cluster's capacity."""
     runs: dict[int, RunResult] = {}
 
-    def run(nodes: int) -> RunResult:
-        if nodes not in runs:
+    def run(nodes: int, track_gpus: int = 0) -> RunResult:
+        if nodes not in runs or track_gpus:
             policy, capacity = make(nodes)
             runs[nodes] = simulate(policy, jobs, capacity=capacity, horizon=horizon,
-                                   track_gpus=0)
+                                   track_gpus=track_gpus)
         return runs[nodes]
 
     if not target.met(run(limit)):
-        return SizeAnswer(policy_name, None, None, runs[limit])
+        return SizeAnswer(policy_name, None, None, run(limit, _TRACKED))
     low, high = 0, limit  # low fails (or is zero nodes), high meets
     while high - low > 1:
         middle = (low + high) // 2
@@ -80,13 +83,15 @@ def size_for(policy_name: str, make: Callable[[int], tuple[SimPolicy, int]],
             high = middle
         else:
             low = middle
-    return SizeAnswer(policy_name, high, high * gpus_per_node, runs[high])
+    # Once more at the answer, drawing a few GPUs' layouts for the report (the same run: the
+    # simulation is deterministic, so the figures do not move).
+    return SizeAnswer(policy_name, high, high * gpus_per_node, run(high, _TRACKED))
 
 
 def headline(answers: Sequence[SizeAnswer], target: Target, limit_gpus: int) -> list[str]:
     """The answer first: "dynamic needs 12 GPUs, ..." to keep the target."""
     parts = [f"{a.policy} needs {a.gpus} GPUs" if a.gpus is not None
-             else f"{a.policy} more than {limit_gpus}" for a in answers]
+             else f"{a.policy} needs more than {limit_gpus}" for a in answers]
     lines = [f"To keep {target}: " + ", ".join(parts) + "."]
     for a in answers:
         at = f"{a.gpus} GPUs" if a.gpus is not None else f"{limit_gpus} GPUs (not met)"
