@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from tessera.sim.cluster import ClusterSpec, shorthand
+from tessera.sim.dynamic import DynamicPolicy
 from tessera.sim.engine import RunResult, simulate
 from tessera.sim.policies import (
-    DynamicPolicy,
     FluidClusterPolicy,
     FluidGpuPolicy,
     GreedyPolicy,

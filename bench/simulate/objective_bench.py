@@ -10,6 +10,10 @@ no class's max wait over 1.5x greedy's.
 
     .venv/bin/python bench/simulate/objective_bench.py                       # reservations 1
     .venv/bin/python bench/simulate/objective_bench.py --reservations 0,1,2 --sizes 64,128
+    .venv/bin/python bench/simulate/objective_bench.py --batches 0.5/3,5/5  # controller batching
+
+``dynamic`` is the controller itself (:mod:`tessera.sim.dynamic`); ``--batches`` sets its
+batch window (idle/max seconds; the controller's defaults are 0.5/3).
 """
 
 from __future__ import annotations
@@ -22,25 +26,28 @@ from pathlib import Path
 from typing import Any
 
 from tessera.sim.cluster import shorthand
+from tessera.sim.dynamic import DynamicPolicy
 from tessera.sim.engine import simulate
-from tessera.sim.policies import DynamicPolicy, GreedyPolicy
+from tessera.sim.policies import GreedyPolicy
 from tessera.sim.workload import load_trace, poisson
 
 TRACES = ("default", "gpushare40", "gpushare100")
 LOADS = (1.0, 1.3)
 SEED = 1
 MODEL = "A100-80GB"
-Case = tuple[str, int, float, int]
+Case = tuple[str, int, float, int, str]
 
 
 def run(case: Case, traces: Path) -> tuple[Case, dict[str, dict[str, Any]]]:
-    trace, gpus, load, reservations = case
+    trace, gpus, load, reservations, batch = case
+    idle, most = (float(x) for x in batch.split("/"))
     cluster = shorthand(gpus // 8, 8, MODEL)
     rows = load_trace(traces / f"openb_pod_list_{trace}.csv")
     jobs, window = poisson(rows, cluster.main_model, capacity=cluster.capacity, load=load,
                            seed=SEED)
     out: dict[str, dict[str, Any]] = {}
-    for name, policy in (("dynamic", DynamicPolicy(cluster, reservations=reservations)),
+    dynamic = DynamicPolicy(cluster, reservations=reservations, batch_idle=idle, batch_max=most)
+    for name, policy in (("dynamic", dynamic),
                          ("greedy", GreedyPolicy(cluster))):
         began = time.perf_counter()
         r = simulate(policy, jobs, capacity=cluster.capacity, horizon=window, track_gpus=0)
@@ -57,26 +64,34 @@ def main() -> int:
                         "alibaba-gpu-v2023")
     parser.add_argument("--reservations", default="1", help="comma-separated bounds")
     parser.add_argument("--sizes", default="64,128,256", help="cluster sizes in GPUs")
+    parser.add_argument("--batches", default="0.5/3",
+                        help="comma-separated controller batch windows, IDLE/MAX seconds")
+    parser.add_argument("--traces-only", default=",".join(TRACES), dest="only",
+                        help="comma-separated traces to run")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     bounds = [int(b) for b in args.reservations.split(",")]
     sizes = [int(s) for s in args.sizes.split(",")]
-    cases = [(t, g, load, b) for b in bounds for g in sizes for t in TRACES for load in LOADS]
+    batches = args.batches.split(",")
+    cases = [(t, g, load, b, w) for w in batches for b in bounds for g in sizes
+             for t in args.only.split(",") for load in LOADS]
     began = time.perf_counter()
-    results: dict[int, list[tuple[Case, dict[str, dict[str, Any]]]]] = {b: [] for b in bounds}
-    print("| reservations | case | dynamic | greedy | points | placed d/g | p95 d/g | "
-          "worst class (max wait d/g) |\n|---|---|---|---|---|---|---|---|")
+    results: dict[tuple[int, str], list[tuple[Case, dict[str, dict[str, Any]]]]] = {
+        (b, w): [] for b in bounds for w in batches}
+    print("| batch | reservations | case | dynamic | greedy | points | placed d/g | p95 d/g | "
+          "worst class (max wait d/g) | s |\n|---|---|---|---|---|---|---|---|---|---|")
     with ProcessPoolExecutor(max(1, args.workers)) as pool:
         for case, out in pool.map(run, cases, [args.traces] * len(cases)):
             d, g = out["dynamic"], out["greedy"]
             worst = max((d["classes"][c] / max(g["classes"].get(c, 1.0), 1.0), c)
                         for c in d["classes"])
-            results[case[3]].append((case, out))
-            print(f"| {case[3]} | {case[0]} {case[1]} GPUs {case[2]:.0%} | {d['served']:.4f} | "
+            results[(case[3], case[4])].append((case, out))
+            print(f"| {case[4]} | {case[3]} | {case[0]} {case[1]} GPUs {case[2]:.0%} | "
+                  f"{d['served']:.4f} | "
                   f"{g['served']:.4f} | {100 * (d['served'] - g['served']):+.2f} | "
                   f"{d['placed']}/{g['placed']} | {d['p95'] / max(g['p95'], 1.0):.2f} | "
-                  f"{worst[1]} {worst[0]:.2f} |", flush=True)
-    for bound, done in results.items():
+                  f"{worst[1]} {worst[0]:.2f} | {d['wall']:.0f} |", flush=True)
+    for (bound, batch), done in results.items():
         deltas = [o["dynamic"]["served"] - o["greedy"]["served"] for _, o in done]
         checks = [
             ("served >= greedy - 0.5 point on every case", min(deltas) >= -0.005,
@@ -92,7 +107,8 @@ def main() -> int:
              f"{sum(all(d <= 1.5 * max(o['greedy']['classes'].get(c, 1.0), 1.0) for c, d in o['dynamic']['classes'].items()) for _, o in done)}/{len(done)} cases"),  # noqa: E501
         ]
         for what, ok, figure in checks:
-            print(f"{'PASS' if ok else 'MISS'} reservations={bound}: {what} ({figure})")
+            print(f"{'PASS' if ok else 'MISS'} batch={batch} reservations={bound}: {what} "
+                  f"({figure})")
     print(f"total run time {time.perf_counter() - began:.0f} s, {len(cases)} cases")
     return 0
 

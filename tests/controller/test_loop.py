@@ -137,6 +137,68 @@ def test_pending_pods_are_batched_then_planned_then_released_when_capacity_shows
     assert [r[0] for r in recorder.released] == ["ml/p1", "ml/p2"]
 
 
+def test_no_pod_is_released_onto_a_node_the_same_tick_s_plan_rewrote() -> None:
+    """Found by the simulator driving this loop: the plan destroys a free 1g slice (a 4g must
+    start there) and puts the 1g pod on a new slice of another GPU. The node's allocatable,
+    read before the write, still shows the old 1g; releasing the pod then would have the
+    kubelet refuse it once the agent destroys that slice."""
+    cache, recorder, controller, clock = setup()
+    cache.put("node", "ADDED", node("node-a", {"nvidia.com/mig-1g.10gb": "1",
+                                               "nvidia.com/mig-3g.40gb": "1",
+                                               "nvidia.com/mig-4g.40gb": "1"}))
+    raw = partition("node-a", [
+        {"profile": "1g.10gb", "start": 0, "gpuInstanceId": 9,
+         "uuid": "MIG-00000000-0000-5000-0000-000000000001"},
+        {"profile": "3g.40gb", "start": 4, "gpuInstanceId": 2, "allocated": True,
+         "uuid": "MIG-00000000-0000-5000-0000-000000000002"}])
+    second = dict(raw["status"]["gpus"][0], index=1,
+                  uuid="GPU-00000000-0000-0000-0000-000000000001",
+                  slices=[{"profile": "4g.40gb", "start": 0, "gpuInstanceId": 1,
+                           "allocated": True, "uuid": "MIG-00000000-0000-5000-0000-000000000003"}])
+    raw["status"]["gpus"].append(second)
+    cache.put("nodepartition", "ADDED", raw)
+    cache.put("pod", "ADDED", pod("holds-3g", "nvidia.com/mig-3g.40gb", gated=False,
+                                  node_name="node-a"))
+    cache.put("pod", "ADDED", pod("holds-4g", "nvidia.com/mig-4g.40gb", gated=False,
+                                  node_name="node-a"))
+    older = pod("big", "nvidia.com/mig-4g.40gb")
+    cache.put("pod", "ADDED", older)
+    small = pod("small", "nvidia.com/mig-1g.10gb")
+    small["metadata"]["creationTimestamp"] = "2026-12-02T10:00:01Z"
+    cache.put("pod", "ADDED", small)
+    controller.tick()
+    clock.now += 1
+    controller.tick()
+    (written,) = [s for n, s in recorder.specs if n == "node-a"]
+    gpu0 = next(g for g in written.gpus if g.index == 0)
+    assert ("1g.10gb", 0) not in {(s.profile, s.start) for s in gpu0.slices}, \
+        "the plan destroys the free 1g for the older 4g pod"
+    assert {e[0] for e in recorder.pod_events if e[1] == "Placed"} == {"ml/big", "ml/small"}
+    assert recorder.released == [], "the node's allocatable is from before the plan"
+
+
+def test_a_pod_on_a_slice_that_stays_is_released_while_another_gpu_reconfigures() -> None:
+    """The plan makes a 7g on GPU 1 and puts a 3g pod on GPU 0's free 3g: the node is in
+    flight until its agent reports, but the 3g pod need not wait for GPU 1."""
+    cache, recorder, controller, clock = setup()
+    cache.put("node", "ADDED", node("node-a", {"nvidia.com/mig-3g.40gb": "1"}))
+    raw = partition("node-a", [{"profile": "3g.40gb", "start": 4, "gpuInstanceId": 2,
+                                "uuid": "MIG-00000000-0000-5000-0000-000000000002"}])
+    raw["status"]["gpus"].append(dict(raw["status"]["gpus"][0], index=1, slices=[],
+                                      uuid="GPU-00000000-0000-0000-0000-000000000001"))
+    cache.put("nodepartition", "ADDED", raw)
+    cache.put("pod", "ADDED", pod("small", "nvidia.com/mig-3g.40gb"))
+    cache.put("pod", "ADDED", pod("large", "nvidia.com/mig-7g.80gb"))
+    controller.tick()
+    clock.now += 1
+    controller.tick()
+    (written,) = [s for n, s in recorder.specs if n == "node-a"]
+    assert [(g.index, [(s.profile, s.start) for s in g.slices]) for g in written.gpus
+            if g.index == 1] == [(1, [("7g.80gb", 0)])]
+    assert [r[0] for r in recorder.released] == ["ml/small"], \
+        "released at once; the 7g pod waits for its slice"
+
+
 def test_a_pod_that_fits_a_free_slice_is_released_without_a_new_plan() -> None:
     cache, recorder, controller, clock = setup()
     cache.put("node", "ADDED", node("node-a", {"nvidia.com/mig-3g.40gb": "1"}))

@@ -16,9 +16,9 @@ from tessera.core.catalogue import model
 from tessera.core.errors import InvalidInputError
 from tessera.core.planner.synthetic import standard_layouts
 from tessera.sim.cluster import ClusterSpec, load_cluster, shorthand
+from tessera.sim.dynamic import DynamicPolicy
 from tessera.sim.engine import MULTI_GPU, RunResult, percentile, simulate, size_class
 from tessera.sim.policies import (
-    DynamicPolicy,
     FluidClusterPolicy,
     FluidGpuPolicy,
     GreedyPolicy,
@@ -209,9 +209,11 @@ class TestEventLoop:
 
     def test_reconfiguration_latency_and_capacity_lag_delay_the_start(self) -> None:
         cluster = shorthand(1, 1, "A100-80GB")
-        policy = DynamicPolicy(cluster, batch_window=5, reconfig_latency=2, capacity_lag=10)
+        policy = DynamicPolicy(cluster, batch_idle=0.5, batch_max=3, reconfig_latency=2,
+                               capacity_lag=10)
         r = simulate(policy, [_job(0, 0.0, "2g.20gb")], capacity=cluster.capacity, horizon=100)
-        assert r.waits == [5 + 2 + 10]  # window, one create, the kubelet's next sync
+        # the controller's batch closing, one create, the kubelet's next sync
+        assert r.waits == [0.5 + 2 + 10]
         assert (r.created, r.destroyed, r.repartitions) == (1, 0, 1)
 
     def test_every_policy_is_deterministic(self) -> None:
@@ -251,12 +253,13 @@ class TestPolicies:
         jobs = [_job(0, 0.0, "1g.10gb", 1000), _job(1, 30.0, "4g.40gb", 100)]
         greedy = simulate(GreedyPolicy(cluster, batch_window=0.0, reconfig_latency=0.0,
                                        capacity_lag=0.0), jobs, capacity=7, horizon=500)
-        dynamic = simulate(DynamicPolicy(cluster, batch_window=0.0, reconfig_latency=0.0,
-                                         capacity_lag=0.0), jobs, capacity=7, horizon=500)
+        dynamic = simulate(DynamicPolicy(cluster, batch_idle=0.0, batch_max=0.0,
+                                         reconfig_latency=0.0, capacity_lag=0.0),
+                           jobs, capacity=7, horizon=500)
         assert greedy.placed == 1
         assert greedy.failed_creates >= 1
         assert dynamic.placed == 2
-        assert dynamic.waits == [0.0, 0.0]
+        assert dynamic.waits == [pytest.approx(0.0, abs=0.01)] * 2  # a tick after the plan
 
     def test_static_needs_the_exact_profile(self) -> None:
         cluster = shorthand(1, 1, "A100-80GB")

@@ -32,6 +32,7 @@ from tessera.core.catalogue import GpuModel, WholeGpu
 from tessera.core.errors import InvalidInputError
 from tessera.kube.config import api_client
 from tessera.sim.cluster import SHORTHAND, ClusterSpec, load_cluster, shorthand
+from tessera.sim.dynamic import DynamicPolicy
 from tessera.sim.engine import RunResult, simulate
 from tessera.sim.history import (
     HistoryPod,
@@ -48,7 +49,6 @@ from tessera.sim.policies import (
     DEFAULT_BATCH_WINDOW_S,
     DEFAULT_CAPACITY_LAG_S,
     DEFAULT_RECONFIG_LATENCY_S,
-    DynamicPolicy,
     FluidClusterPolicy,
     FluidGpuPolicy,
     GreedyPolicy,
@@ -123,7 +123,9 @@ def register(commands: Any) -> None:
     parser.add_argument("--max-duration", type=float, default=DEFAULT_MAX_DURATION_S,
                         help="cap on a pod's duration in seconds (default one day)")
     parser.add_argument("--batch-window", type=float, default=DEFAULT_BATCH_WINDOW_S,
-                        help="seconds dynamic and greedy collect pods before planning")
+                        help="seconds greedy and the shared-GPU policies collect pods before "
+                        "planning (dynamic batches as the controller does: 0.5 s idle, 3 s "
+                        "at most)")
     parser.add_argument("--reconfig-latency", type=float, default=DEFAULT_RECONFIG_LATENCY_S,
                         help="seconds per GPU-instance create/destroy")
     parser.add_argument("--capacity-lag", type=float, default=DEFAULT_CAPACITY_LAG_S,
@@ -230,7 +232,8 @@ def _policy(name: str, cluster: ClusterSpec, args: argparse.Namespace) -> SimPol
     timing = {"batch_window": args.batch_window, "reconfig_latency": args.reconfig_latency,
               "capacity_lag": args.capacity_lag}
     if name == "dynamic":
-        return DynamicPolicy(cluster, **timing)
+        return DynamicPolicy(cluster, reconfig_latency=args.reconfig_latency,
+                             capacity_lag=args.capacity_lag)
     if name == "greedy":
         return GreedyPolicy(cluster, **timing)
     if name == "fluid:gpu":
@@ -445,7 +448,8 @@ def run(args: argparse.Namespace) -> int:
     details = [f"cluster: {cluster.describe()}", f"workload: {source}, {len(jobs)} pods, "
                f"offered load {offered:.2f}, "
                f"window {horizon / 3600:.2f} h",
-               f"dynamic/greedy: batch window {args.batch_window} s, reconfiguration "
+               "dynamic: the controller's own decision loop (batches of 0.5 s idle, 3 s "
+               f"at most); greedy: batch window {args.batch_window} s; reconfiguration "
                f"{args.reconfig_latency} s per GPU-instance operation, capacity lag "
                f"{args.capacity_lag} s", f"mapping: {args.mapping}"]
     report = write_report(args.report, results, title="Tessera what-if simulation",

@@ -41,7 +41,7 @@ from tessera.controller import demand
 from tessera.controller.decide import decide, plan_id
 from tessera.controller.policies import policy_for, policy_gpu_specs
 from tessera.controller.snapshot import build_snapshot, node_labels
-from tessera.core import planner
+from tessera.core import catalogue, planner
 from tessera.core.errors import InvalidInputError
 
 __all__ = ["ClusterCache", "Controller", "ControllerSettings", "Writer"]
@@ -87,11 +87,37 @@ class _NoMetrics:
         pass
 
 
+@dataclass
+class PodFacts:
+    """What the decision loop reads of a pod, derived once per version of it: a tick looks at
+    every pod the cache holds, and parsing thousands of pods' containers on every tick was
+    most of a tick's cost under load."""
+
+    raw: RawObject
+    requests: Mapping[str, int]
+    waiting: bool
+    terminal: bool
+    created: float | None
+    _pending: planner.PendingPod | None = None
+
+    @classmethod
+    def of(cls, raw: RawObject) -> PodFacts:
+        return cls(raw, demand.gpu_requests(raw), demand.is_waiting(raw),
+                   demand.is_terminal(raw), demand.created_at(raw))
+
+    @property
+    def pending(self) -> planner.PendingPod:
+        if self._pending is None:
+            self._pending = demand.pending_pod(self.raw)
+        return self._pending
+
+
 class ClusterCache:
     """What the watches have delivered; thread-safe; the loop reads a consistent copy."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._facts: dict[str, PodFacts] = {}
         self.pods: dict[str, RawObject] = {}
         self.nodes: dict[str, RawObject] = {}
         self.partitions: dict[str, NodePartition] = {}
@@ -105,6 +131,7 @@ class ClusterCache:
                 key = demand.pod_key(raw)
                 if event_type == "DELETED":
                     self.pods.pop(key, None)
+                    self._facts.pop(key, None)
                 else:
                     self.pods[key] = raw
             elif kind == "node":
@@ -123,6 +150,15 @@ class ClusterCache:
                 else:
                     self.policies[name] = PartitionPolicy.model_validate(raw)
         self.changed.set()
+
+    def facts(self, key: str, raw: RawObject) -> PodFacts:
+        """``raw``'s facts, derived at most once for each version of the pod."""
+        found = self._facts.get(key)
+        if found is None or found.raw is not raw:
+            found = PodFacts.of(raw)
+            if self.pods.get(key) is raw:
+                self._facts[key] = found
+        return found
 
     def view(self) -> tuple[dict[str, RawObject], dict[str, RawObject],
                             dict[str, NodePartition], dict[str, PartitionPolicy]]:
@@ -146,6 +182,11 @@ class ControllerSettings:
     """Pods that did not fit are planned again only when the cluster changed (a pod came or
     went, a slice freed, a node, policy or plan report changed) or after this long: time alone
     can matter (a GPU's repartition interval running out)."""
+    per_shape: int = planner.DEFAULT_PER_SHAPE
+    """Pods of one request shape a plan considers at most (:func:`planner.bounded_batch`)."""
+    reservations: int = planner.DEFAULT_RESERVATIONS
+    """Waiting pods that may hold GPUs back from later ones in one plan (the objective's
+    bounded backfill)."""
 
 
 @dataclass
@@ -167,6 +208,11 @@ class _State:
     inflight_since: dict[str, tuple[str, float]] = field(default_factory=dict)
     written: dict[str, tuple[str, float]] = field(default_factory=dict)
     """Specs this controller wrote, by node, until the cache shows them."""
+    enforced: dict[str, tuple[PartitionPolicy, NodePartition]] = field(default_factory=dict)
+    """Per node, the policy and NodePartition objects its policy last asked nothing of: the
+    cache replaces an object on every change, so the same objects need no second look."""
+    specs: dict[str, NodePartitionSpec] = field(default_factory=dict)
+    """The last spec this controller wrote per node: what an in-flight node is becoming."""
     given_up: set[str] = field(default_factory=set)
     last_change: dict[tuple[str, int], float] = field(default_factory=dict)
     told: dict[str, str] = field(default_factory=dict)
@@ -174,6 +220,19 @@ class _State:
     last_inputs: object = None
     """What the last plan was made from (snapshot without its clock, pending pods)."""
     last_plan_at: float = float("-inf")
+    more: bool = False
+    """The last plan left pods of some shape for the next one (its batch was bounded) while
+    capacity may remain: the next tick plans again even if nothing else changed."""
+
+
+def _demand_mix(pods: Iterable[planner.PendingPod]) -> dict[str, float]:
+    """Units per resource the waiting pods ask: the demand placements keep capacity usable
+    for (the whole backlog's mix, not one bounded batch's, which over-weights rare shapes)."""
+    mix: dict[str, float] = {}
+    for pod in pods:
+        for resource, count in pod.requests:
+            mix[resource] = mix.get(resource, 0.0) + count
+    return mix
 
 
 def _age(pod: RawObject, wall: float) -> float | None:
@@ -202,6 +261,7 @@ class Controller:
         self._wall = wall_clock
         self.metrics = metrics or _NoMetrics()
         self.state = _State()
+        self._bound_for: tuple[Mapping[str, RawObject], dict[str, dict[str, int]]] | None = None
 
     def reset(self) -> None:
         """Forget in-memory decisions (after losing leadership); the cluster holds the rest."""
@@ -248,15 +308,25 @@ class Controller:
         also by pods a plan put there that wait for the slice to show: a new plan must not
         hand the same slice to another pod meanwhile (it did, when a node applied its plan
         before the kubelet advertised the slice)."""
-        claimed: dict[str, dict[str, int]] = {}
+        claimed = {node: dict(held) for node, held in self._bound(pods).items()}
         if placed:
             for key, waiting in self.state.waiting.items():
                 if key in pods and not pods[key].get("spec", {}).get("nodeName"):
                     slot = claimed.setdefault(waiting.node, {})
                     for resource, count in waiting.requests:
                         slot[resource] = slot.get(resource, 0) + count
+        return claimed
+
+    def _bound(self, pods: Mapping[str, RawObject]) -> dict[str, dict[str, int]]:
+        """Units held per node by pods bound or released there, once per tick (the view's
+        ``pods`` dict is the tick's; releases made during the tick are added by
+        :meth:`_release` itself)."""
+        if self._bound_for is not None and self._bound_for[0] is pods:
+            return self._bound_for[1]
+        claimed: dict[str, dict[str, int]] = {}
         for key, pod in pods.items():
-            if demand.is_terminal(pod):
+            facts = self.cache.facts(key, pod)
+            if facts.terminal or not facts.requests:
                 continue
             node = pod.get("spec", {}).get("nodeName")
             released = self.state.released.get(key)
@@ -265,8 +335,9 @@ class Controller:
             if not node:
                 continue
             slot = claimed.setdefault(node, {})
-            for resource, count in demand.gpu_requests(pod).items():
+            for resource, count in facts.requests.items():
                 slot[resource] = slot.get(resource, 0) + count
+        self._bound_for = (pods, claimed)
         return claimed
 
     def _write(self, node: str, spec: NodePartitionSpec, partition: NodePartition | None,
@@ -274,6 +345,7 @@ class Controller:
         if not self.writer.write_spec(node, spec, partition):
             return
         self.state.written[node] = (spec.plan_id or "", now)
+        self.state.specs[node] = spec
         for gpu in spec.gpus:
             if gpu.index is not None:
                 self.state.last_change[(node, gpu.index)] = self._wall()
@@ -287,19 +359,23 @@ class Controller:
         inflight = self._inflight(partitions, now)
         self._enforce_policies(nodes, partitions, list(policies.values()), inflight, now)
         inflight |= set(self.state.written)
-        waiting = {k: p for k, p in pods.items() if demand.is_waiting(p)}
-        self.metrics.record_tick(len(waiting), True, self._oldest_wait(waiting.values()))
+        waiting = {k: p for k, p in pods.items() if self.cache.facts(k, p).waiting}
+        self.metrics.record_tick(len(waiting), True, self._oldest_wait(waiting))
         self._forget(pods, waiting)
         fresh = frozenset(k for k in waiting if k not in self.state.waiting)
         if fresh and self._batch_closed(fresh, now):
             self._plan(waiting, pods=pods, nodes=nodes, partitions=partitions,
                        policies=list(policies.values()), inflight=inflight, now=now)
-        self._release(pods, nodes, inflight, now)
+        # A node this tick's plan just wrote is in flight too: its allocatable (read before
+        # the write) may still show a free slice the plan destroys, and a pod released onto
+        # it would be refused by the kubelet (found by the simulator driving this loop).
+        self._release(pods, nodes, partitions, inflight | set(self.state.written), now)
 
-    def _oldest_wait(self, waiting: Iterable[RawObject]) -> float:
+    def _oldest_wait(self, waiting: Mapping[str, RawObject]) -> float:
         """How long the oldest waiting GPU pod has existed: the age an alert fires on."""
-        wall = self._wall()
-        return max((a for a in (_age(p, wall) for p in waiting) if a is not None), default=0.0)
+        created = [c for k, p in waiting.items()
+                   if (c := self.cache.facts(k, p).created) is not None]
+        return max(0.0, self._wall() - min(created)) if created else 0.0
 
     def _batch_closed(self, fresh: frozenset[str], now: float) -> bool:
         state = self.state
@@ -338,12 +414,15 @@ class Controller:
             partition = partitions.get(name)
             if partition is None or name in inflight:
                 continue
+            if self.state.enforced.get(name) == (policy, partition):
+                continue  # the same objects as when it needed nothing: nothing to do again
             try:
                 wanted = policy_gpu_specs(policy, partition)
             except InvalidInputError as exc:
                 problems[policy.metadata.name] = f"node {name}: {exc}"
                 continue
             if wanted is None:
+                self.state.enforced[name] = (policy, partition)
                 continue
             current = list(partition.spec.gpus)
             if policy.spec.mode == "dynamic":
@@ -354,10 +433,12 @@ class Controller:
                     partition.status) else set()
                 missing = [g for g in wanted if g.index not in named and g.index in whole]
                 if not missing:
+                    self.state.enforced[name] = (policy, partition)
                     continue
                 gpus = sorted([*current, *missing], key=lambda g: g.index or 0)
             else:
                 if [g.to_wire() for g in current] == [g.to_wire() for g in wanted]:
+                    self.state.enforced[name] = (policy, partition)
                     continue
                 gpus = wanted
             self.state.counter += 1
@@ -382,9 +463,11 @@ class Controller:
               policies: list[PartitionPolicy], inflight: set[str], now: float) -> None:
         state = self.state
         candidates = {k: p for k, p in waiting.items() if k not in state.waiting}
-        pending = [demand.pending_pod(p) for p in candidates.values()]
         snapshot = self._snapshot(pods, nodes, partitions, policies, inflight)
-        inputs = (replace(snapshot, now=None), frozenset(pending))
+        # The pods by identity (a changed pod is a new object in the cache), not by value:
+        # hashing thousands of pods on every tick costs more than the comparison saves.
+        inputs = (replace(snapshot, now=None),
+                  frozenset((k, id(p)) for k, p in candidates.items()))
         if inputs == state.last_inputs and now - state.last_plan_at < self.settings.resync_s:
             # Nothing changed since these pods last found no room: planning again would
             # only repeat that answer (and its cost) every tick.
@@ -393,8 +476,19 @@ class Controller:
             return
         state.last_inputs, state.last_plan_at = inputs, now
         started = time.perf_counter()
-        result = planner.plan(snapshot, pending, solver=self.settings.solver)
+        waiting_pods = [self.cache.facts(k, p).pending for k, p in candidates.items()]
+        batch = planner.bounded_batch(snapshot, waiting_pods, per_shape=self.settings.per_shape,
+                                      reservations=self.settings.reservations)
+        pending = list(batch.pods)
+        result = planner.plan(snapshot, pending, solver=self.settings.solver,
+                              reservations=self.settings.reservations,
+                              recent_demand=_demand_mix(waiting_pods))
         seconds = time.perf_counter() - started
+        state.more = batch.cut_short
+        if batch.cut_short:
+            # Pods of some shape were left for the next plan while capacity may remain: plan
+            # again as soon as this plan's placements are counted, not after the resync.
+            state.last_inputs = None
         state.counter += 1
         requests = {f"{p.namespace}/{p.name}": p.requests for p in pending}
         by_node = {name: found for name, node in nodes.items()
@@ -407,6 +501,8 @@ class Controller:
             self._tell(placed.pod, "Placed", placed.message, False)
         for pod, reason in decision.unplaced:
             self._tell(pod, "NoGPUFit", reason, True)
+        for left in batch.later:
+            self._tell(left.pod, "Waiting", f"not planned yet: {left.reason}", False)
         state.batch_opened = None
         state.batch_keys = frozenset()
         self.metrics.record_plan(seconds, len(decision.pods), len(decision.unplaced),
@@ -421,9 +517,15 @@ class Controller:
         pods, nodes, partitions, policies = self.cache.view()
         now = self._clock()
         inflight = self._inflight(partitions, now)
-        waiting = [demand.pending_pod(p) for p in pods.values() if demand.is_waiting(p)]
+        waiting = [self.cache.facts(k, p).pending for k, p in pods.items()
+                   if self.cache.facts(k, p).waiting and k not in self.state.waiting]
         snapshot = self._snapshot(pods, nodes, partitions, list(policies.values()), inflight)
-        return planner.plan(snapshot, waiting, solver=self.settings.solver)
+        batch = planner.bounded_batch(snapshot, waiting, per_shape=self.settings.per_shape,
+                                      reservations=self.settings.reservations)
+        result = planner.plan(snapshot, list(batch.pods), solver=self.settings.solver,
+                              reservations=self.settings.reservations,
+                              recent_demand=_demand_mix(waiting))
+        return replace(result, unplaced=(*result.unplaced, *batch.later))
 
     def _snapshot(self, pods: Mapping[str, RawObject], nodes: Mapping[str, RawObject],
                   partitions: Mapping[str, NodePartition], policies: list[PartitionPolicy],
@@ -431,7 +533,8 @@ class Controller:
         """The planner's view: placed pods that wait for their slice hold it too."""
         return build_snapshot(nodes.values(), partitions, policies,
                               self._claimed(pods, placed=True), frozen=inflight,
-                              last_change=self.state.last_change, now=self._wall())
+                              last_change=self.state.last_change, now=self._wall(),
+                              specs=self.state.specs)
 
     def _tell(self, pod: str, reason: str, message: str, warning: bool) -> None:
         if self.state.told.get(pod) == f"{reason}:{message}":
@@ -439,8 +542,42 @@ class Controller:
         self.state.told[pod] = f"{reason}:{message}"
         self.writer.pod_event(pod, reason, message, warning)
 
+    def _room(self, node: str, raw: RawObject, partition: NodePartition | None,
+              in_flight: bool, resource: str) -> int:
+        """Units of ``resource`` the node can hand out now: its allocatable, and for a MIG
+        slice never more than the complete slices its agent reports that stay, i.e. not
+        dropped by the plan in flight there. The kubelet's allocatable lags both ways (a new
+        slice shows at its next status sync, a destroyed one goes only then), so it alone
+        could release a pod onto a slice that is gone; the agent's report alone could release
+        one before the kubelet advertises its slice."""
+        allocatable = _allocatable(raw, resource)
+        if (partition is None or partition.status is None
+                or not resource.startswith(catalogue.MIG_RESOURCE_PREFIX)
+                or resource.endswith(catalogue.SHARED_SUFFIX)):
+            return allocatable
+        spec = (self.state.specs.get(node) or partition.spec) if in_flight else None
+        targets = {g.index: {(s.profile, s.start) for s in g.slices}
+                   for g in (spec.gpus if spec else []) if g.index is not None}
+        kept = 0
+        for gpu in partition.status.gpus:
+            if not gpu.healthy:
+                continue
+            target = targets.get(gpu.index)
+            for item in gpu.slices:
+                if (item.uuid is None or item.mps is not None
+                        or catalogue.mig_resource_name(item.profile) != resource):
+                    continue
+                if target is None or (item.profile, item.start) in target:
+                    kept += 1
+        return min(allocatable, kept)
+
     def _release(self, pods: Mapping[str, RawObject], nodes: Mapping[str, RawObject],
-                 inflight: set[str], now: float) -> None:
+                 partitions: Mapping[str, NodePartition], inflight: set[str],
+                 now: float) -> None:
+        """Pin and release placed pods whose node has room for them now. A node whose plan
+        is in flight releases pods onto the slices it has and keeps (a pod placed on an
+        existing slice need not wait for another GPU's reconfiguration); the slices the plan
+        makes count once the kubelet advertises them."""
         state = self.state
         claimed = self._claimed(pods)
         for key, waiting in sorted(state.waiting.items(), key=lambda kv: kv[1].since):
@@ -451,12 +588,14 @@ class Controller:
             if now - waiting.since > self.settings.release_timeout_s:
                 del state.waiting[key]  # plan it again with the next batch
                 continue
-            if waiting.node in inflight:
-                waiting.settled = None
-                continue
+            in_flight = waiting.node in inflight
             held = claimed.setdefault(waiting.node, {})
-            if any(_allocatable(node, r) < held.get(r, 0) + n for r, n in waiting.requests):
-                if waiting.settled is None:
+            partition = partitions.get(waiting.node)
+            if any(self._room(waiting.node, node, partition, in_flight, r) < held.get(r, 0) + n
+                   for r, n in waiting.requests):
+                if in_flight:
+                    waiting.settled = None
+                elif waiting.settled is None:
                     waiting.settled = now
                 elif now - waiting.settled > self.settings.stale_s:
                     log.warning("pod %s: %s reported its plan %.0f s ago but still has no "

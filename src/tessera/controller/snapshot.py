@@ -12,7 +12,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tessera.api.v1alpha1 import NodePartition, ObservedGpu, PartitionPolicy
+from tessera.api.v1alpha1 import (
+    NodePartition,
+    NodePartitionSpec,
+    ObservedGpu,
+    ObservedSlice,
+    PartitionPolicy,
+)
 from tessera.controller.policies import policy_for
 from tessera.core import catalogue
 from tessera.core.planner import Gpu, GpuSlice, Node, Policy, Snapshot, Taint
@@ -90,6 +96,33 @@ def _gpu(gpu: ObservedGpu, reserve: Counter[str], last_change: float | None) -> 
                last_change=last_change)
 
 
+_PLANNED = "planned"
+"""The UUID a slice the in-flight plan makes carries in the planner's view (a slice without
+one is an incomplete GPU instance, in use)."""
+
+
+def _planned(gpu: ObservedGpu, spec: NodePartitionSpec) -> ObservedGpu:
+    """A MIG GPU as the in-flight spec will leave it: the spec's slices, each still in use
+    where the agent reports it allocated or busy (the agent never destroys those). A slice not
+    made yet counts as free: the pods the plan put there hold it through their claims, and
+    another pod placed on it is released only once it exists and is advertised."""
+    if gpu.mode != "mig":
+        return gpu
+    wanted = next((g for g in spec.gpus if g.index == gpu.index), None)
+    if wanted is None or wanted.mode not in (None, "mig"):
+        return gpu
+    now = {(s.profile, s.start): s for s in gpu.slices}
+    slices = []
+    for target in wanted.slices:
+        found = now.get((target.profile, target.start))
+        slices.append(found if found is not None else ObservedSlice(
+            profile=target.profile, start=target.start, gpu_instance_id=-1, uuid=_PLANNED))
+    kept = {(s.profile, s.start) for s in wanted.slices}
+    slices.extend(s for s in gpu.slices  # in use: the agent keeps them whatever the spec says
+                  if (s.profile, s.start) not in kept and (s.allocated or s.processes))
+    return gpu.model_copy(update={"slices": slices})
+
+
 def _share_settings(policy: PartitionPolicy) -> tuple[Sharing | None, int]:
     """The kind and number of shares a dynamic policy lets the planner make of a whole GPU."""
     modes = set(policy.spec.allowed_modes)
@@ -111,13 +144,20 @@ def build_snapshot(
     frozen: Iterable[str] = (),
     last_change: Mapping[tuple[str, int], float] | None = None,
     now: float | None = None,
+    specs: Mapping[str, NodePartitionSpec] | None = None,
 ) -> Snapshot:
     """``claimed[node][resource]``: units held by pods bound or pinned to the node.
 
-    ``frozen`` nodes (a plan is in flight there) are left out: nothing is planned over a node
-    until its agent has reported the last plan.
+    ``frozen`` nodes (a plan is in flight there) take part as *static*, each GPU the plan
+    names shown as the plan's target layout (``specs``: what the controller wrote last, which
+    the cache may not show yet): nothing is reshaped over a node until its agent
+    has reported the last plan, but pods may still be placed on the slices it has or is making
+    (released once it reports), and a waiting pod may reserve its GPUs. Leaving them out, as
+    this did, hid a node from every plan while any one of its GPUs reconfigured: the
+    simulator, driving this controller, showed multi-GPU pods starving behind it.
     """
     skip = set(frozen)
+    specs = specs or {}
     last_change = last_change or {}
     planned: list[Node] = []
     for raw in sorted(nodes, key=lambda n: n.get("metadata", {}).get("name", "")):
@@ -125,8 +165,9 @@ def build_snapshot(
         partition = partitions.get(name)
         labels = node_labels(raw)
         policy = policy_for(labels, policies)
-        if name in skip or policy is None or partition is None or partition.status is None:
+        if policy is None or partition is None or partition.status is None:
             continue
+        in_flight = name in skip
         # Bound pods whose slice the agent already reports allocated hold nothing more; only the
         # rest (allocated by the kubelet a moment ago, or about to be) take a free slice. Count
         # the reported ones over the whole node first: a pod's slice may be on any of its GPUs.
@@ -135,8 +176,10 @@ def build_snapshot(
             for item in observed.slices:
                 if item.allocated and item.mps is None:
                     reserve[catalogue.mig_resource_name(item.profile)] -= 1
+        shown = [_planned(o, specs.get(name) or partition.spec) if in_flight else o
+                 for o in partition.status.gpus if o.healthy]
         gpus = [g for g in (_gpu(o, reserve, last_change.get((name, o.index)))
-                            for o in partition.status.gpus if o.healthy) if g is not None]
+                            for o in shown) if g is not None]
         allowed = frozenset(policy.spec.allowed_profiles) or None
         share, share_count = _share_settings(policy)
         planned.append(Node(
@@ -146,7 +189,7 @@ def build_snapshot(
             gpus=tuple(gpus),
             policy=Policy(
                 name=policy.metadata.name,
-                mode="dynamic" if policy.spec.mode == "dynamic" else "static",
+                mode="dynamic" if policy.spec.mode == "dynamic" and not in_flight else "static",
                 allowed_profiles=allowed,
                 min_repartition_interval_s=float(policy.spec.min_repartition_interval_seconds),
                 share=share,

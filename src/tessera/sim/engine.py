@@ -160,6 +160,7 @@ def simulate(policy: SimPolicy, jobs: Sequence[Job], *, capacity: int, horizon: 
     frag = 0.0
     tick_seq = 0
     processed = 0
+    wakes: set[float] = set()
 
     def request_tick(now: float) -> None:
         nonlocal tick_at, tick_seq
@@ -187,6 +188,7 @@ def simulate(policy: SimPolicy, jobs: Sequence[Job], *, capacity: int, horizon: 
             running += policy.weight(item)
         elif kind == _ARRIVE:
             assert item is not None
+            policy.arrive(item)
             queues.setdefault(item.requests, {})[item.name] = item
             fresh.append(item)
             request_tick(now)
@@ -208,6 +210,10 @@ def simulate(policy: SimPolicy, jobs: Sequence[Job], *, capacity: int, horizon: 
                 heapq.heappush(heap, (ready + placed.duration, _DEPART, placed.seq, placed))
             if outcome.more:
                 request_tick(now)
+            if outcome.wake_at is not None and outcome.wake_at not in wakes:
+                wakes.add(outcome.wake_at)
+                tick_seq += 1
+                heapq.heappush(heap, (outcome.wake_at, _TICK, tick_seq, None))
         else:
             pending = [shape for shape, queue in queues.items() if queue]
             unusable = policy.unusable_free(pending)

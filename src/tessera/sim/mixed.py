@@ -107,10 +107,15 @@ class MixedPolicy(SimPolicy):
 
     def schedule(self, now: float, queues: Queues) -> Schedule:
         mig, shared = self._split(queues)
-        first = self.mig.schedule(now, mig) if mig else Schedule(())
-        second = self.shared.schedule(now, shared) if shared else Schedule(())
+        first = self.mig.schedule(now, mig)
+        second = self.shared.schedule(now, shared)
         self._count()
-        return Schedule((*first.starts, *second.starts), first.more or second.more)
+        wakes = [t for t in (first.wake_at, second.wake_at) if t is not None]
+        return Schedule((*first.starts, *second.starts), first.more or second.more,
+                        min(wakes) if wakes else None)
+
+    def arrive(self, job: Job) -> None:
+        (self.mig if job.name in self.mig_jobs else self.shared).arrive(job)
 
     def _count(self) -> None:
         for field in ("repartitions", "created", "destroyed", "failed_creates",

@@ -1,8 +1,7 @@
 """The policies the simulator compares, all behind one interface so one event loop runs them.
 
-- :class:`DynamicPolicy`: Tessera's own planner (:func:`tessera.core.planner.plan`) on the GPUs
-  that can still take something; created slices become usable after a reconfiguration latency
-  per GPU-instance operation plus the kubelet's capacity lag.
+- ``dynamic`` (:class:`tessera.sim.dynamic.DynamicPolicy`): Tessera's controller itself,
+  driven over the simulated cluster; it shares this module's MIG state.
 - :class:`StaticPolicy`: every GPU keeps a fixed layout; pods take free slices of their exact
   profile, first fit in node order (what kube-scheduler does with mig-parted layouts).
 - :class:`GreedyPolicy`: first fit without placements, like nos: a pod first takes an
@@ -31,15 +30,6 @@ from tessera.core import catalogue
 from tessera.core.catalogue import GpuModel
 from tessera.core.errors import InvalidInputError
 from tessera.core.layout import Slice, count_profiles, enumerate_layouts
-from tessera.core.planner import (
-    DEFAULT_RESERVATIONS,
-    Gpu,
-    GpuSlice,
-    Node,
-    PendingPod,
-    Snapshot,
-    plan,
-)
 from tessera.core.planner.geometry import Geometry, geometry_of
 from tessera.core.planner.synthetic import standard_layouts
 from tessera.sim.cluster import ClusterSpec
@@ -49,7 +39,6 @@ __all__ = [
     "DEFAULT_BATCH_WINDOW_S",
     "DEFAULT_CAPACITY_LAG_S",
     "DEFAULT_RECONFIG_LATENCY_S",
-    "DynamicPolicy",
     "FluidClusterPolicy",
     "FluidGpuPolicy",
     "GreedyPolicy",
@@ -83,6 +72,9 @@ class Schedule:
 
     starts: tuple[tuple[Job, float], ...]
     more: bool = False
+    wake_at: float | None = None
+    """When the policy wants another round although nothing arrives or leaves (the
+    controller's batch closing, a plan reported, capacity advertised)."""
 
 
 def in_arrival_order(queues: Queues, try_place: Callable[[Job], bool]) -> list[Job]:
@@ -132,6 +124,10 @@ class SimPolicy(ABC):
 
     @abstractmethod
     def release(self, job: Job) -> None: ...
+
+    def arrive(self, job: Job) -> None:  # noqa: B027 - a hook, empty by default
+        """``job`` arrived (before the round that first offers it); most policies only look
+        at the queues a round offers."""
 
     @abstractmethod
     def unusable_free(self, shapes: Sequence[Shape]) -> int:
@@ -471,118 +467,6 @@ class GreedyPolicy(_MigPolicy):
                     for p in wanted):
                 total += free
         return total
-
-
-class DynamicPolicy(_MigPolicy):
-    """Tessera's planner over every GPU, in bounded batches.
-
-    Each round plans at most ``per_shape`` of the oldest pods of each request shape, and no
-    more of a shape than the free compute of the GPUs that can still take a slice could hold:
-    a batch then stays small under overload, where thousands of pods wait, and the planner
-    still sees every pod that could possibly be placed. A shape nothing can host now still
-    sends its ``reservations`` oldest pods, so that they may reserve GPUs to drain. The recent
-    demand the planner keeps capacity usable for is the backlog's mix of requests. A round
-    that was cut short asks for another.
-    """
-
-    name = "dynamic"
-
-    def __init__(self, cluster: ClusterSpec, *, batch_window: float = DEFAULT_BATCH_WINDOW_S,
-                 reconfig_latency: float = DEFAULT_RECONFIG_LATENCY_S,
-                 capacity_lag: float = DEFAULT_CAPACITY_LAG_S, per_shape: int = 64,
-                 solver: str = "fast", reservations: int = DEFAULT_RESERVATIONS) -> None:
-        super().__init__(cluster)
-        self.reservations = reservations
-        self.batch_window = batch_window
-        self.latency = reconfig_latency
-        self.lag = capacity_lag
-        self.per_shape = per_shape
-        self.solver = solver
-        self.node_names = [n.name for n in cluster.nodes]
-        self._seen: dict[int, tuple[int, Gpu]] = {}
-
-    def schedule(self, now: float, queues: Queues) -> Schedule:
-        candidates = [g for g in self.gpus if g.free_compute() > 0]
-        if not candidates:
-            return Schedule(())
-        free = sum(g.free_compute() for g in candidates)
-        batch: list[Job] = []
-        more = False
-        held = {g.gid: g.held_mask() for g in candidates}
-        for shape, queue in queues.items():
-            if not queue:
-                continue
-            largest = max((p for p, _ in shape),
-                          key=lambda p: candidates[0].model.profile(p).compute_slices
-                          if p in candidates[0].geometry.by_profile else 0)
-            compute = max(1, next(iter(queue.values())).compute)
-            if not any(_hostable(g.model.name, held[g.gid], largest) for g in candidates):
-                # None can start now, but the oldest may reserve GPUs to drain for them.
-                it = iter(queue.values())
-                batch.extend(next(it) for _ in range(min(len(queue), self.reservations)))
-                continue
-            bound = min(len(queue), self.per_shape, free // compute)
-            if bound < min(len(queue), free // compute):
-                more = True
-            it = iter(queue.values())
-            batch.extend(next(it) for _ in range(bound))
-        if not batch:
-            return Schedule(())
-        self.planner_calls += 1
-        snapshot = self._snapshot(self.gpus, now)
-        by_key = {f"sim/{j.name}": j for j in batch}
-        pods = [PendingPod("sim", j.name, tuple(sorted(
-            (f"nvidia.com/mig-{p.replace('+', '.')}", n) for p, n in j.requests)),
-            creation_time=j.arrival) for j in sorted(batch, key=lambda j: j.seq)]
-        # Fragmentation is judged against the whole backlog's mix, not just this batch's
-        # (which is capped per shape and so over-weights rare shapes).
-        recent: dict[str, float] = {}
-        for shape, queue in queues.items():
-            for p, n in shape:
-                resource = f"nvidia.com/mig-{p.replace('+', '.')}"
-                recent[resource] = recent.get(resource, 0.0) + n * len(queue)
-        result = plan(snapshot, pods, "exact" if self.solver == "exact" else "fast",
-                      reservations=self.reservations, recent_demand=recent)
-        for target in result.gpus:
-            gpu = self.gpus[target.index]
-            for old in target.destroy:
-                self._destroy(gpu, old.start)
-            done = self._reconfigure(gpu, now, len(target.destroy) + len(target.create),
-                                     self.latency)
-            for new in target.create:
-                self._create(gpu, new.profile, new.start, done + self.lag)
-            self.repartitions += 1
-        starts = []
-        for placement in result.placements:
-            job = by_key[placement.pod]
-            ready = now
-            for assigned in placement.slices:
-                assert assigned.start is not None
-                ready = max(ready, self._take(job, self.gpus[assigned.gpu], assigned.start))
-            starts.append((job, ready))
-        return Schedule(tuple(starts), more and bool(starts))
-
-    def _snapshot(self, gpus: Sequence[_Gpu], now: float) -> Snapshot:
-        """Every GPU, as the controller sees a cluster: a waiting pod may reserve a GPU that
-        is full now. A GPU's entry is rebuilt only when it changed since the last plan."""
-        per_node: dict[int, list[Gpu]] = {}
-        for g in gpus:
-            cached = self._seen.get(g.gid)
-            if cached is None or cached[0] != g.version:
-                cached = self._seen[g.gid] = (g.version, Gpu(
-                    index=g.gid, model=g.model.name, mode="mig",
-                    slices=tuple(GpuSlice(s.profile, s.start, s.holder is not None)
-                                 for s in sorted(g.slices.values(), key=lambda s: s.start))))
-            per_node.setdefault(g.node, []).append(cached[1])
-        return Snapshot(tuple(Node(self.node_names[n], gpus=tuple(gpus))
-                              for n, gpus in sorted(per_node.items())), now=now)
-
-    def unusable_free(self, shapes: Sequence[Shape]) -> int:
-        if not shapes:
-            return 0
-        wanted = self._wanted(shapes)
-        return sum(g.free_compute() for g in self.gpus
-                   if not any(_hostable(g.model.name, g.held_mask(), p) for p in wanted))
 
 
 # --- fluid bounds -----------------------------------------------------------------------------

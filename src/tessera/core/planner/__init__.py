@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Literal
 
 from tessera.core.errors import InvalidInputError
+from tessera.core.planner.batch import DEFAULT_PER_SHAPE, Batch, bounded_batch
 from tessera.core.planner.exact import DEFAULT_MAX_GPUS, solve_exact
 from tessera.core.planner.fast import solve_fast
 from tessera.core.planner.model import (
@@ -59,11 +60,13 @@ from tessera.core.planner.slice_shares import place_slice_shares
 
 __all__ = [
     "DEFAULT_MAX_GPUS",
+    "DEFAULT_PER_SHAPE",
     "DEFAULT_RESERVATIONS",
     "MPS_SHARE_RESOURCE",
     "SOLVERS",
     "WHOLE_GPU_RESOURCE",
     "AssignedSlice",
+    "Batch",
     "Gpu",
     "GpuSlice",
     "GpuTarget",
@@ -79,6 +82,7 @@ __all__ = [
     "Taint",
     "Toleration",
     "Unplaced",
+    "bounded_batch",
     "parse_cluster",
     "parse_pending",
     "plan",
