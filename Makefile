@@ -4,6 +4,7 @@
 #   make cluster-bins  build the e2e test cluster's binaries (tools/k8s) unless already built
 #   make promtool      build promtool (tools/promtool) for the alert-rule checks unless built
 #   make browser       install Debian's Chromium (as root) for the report's browser test
+#   make grafana-schema  install Grafana's dashboard schema and tsc (npm, pinned) for its check
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -30,7 +31,7 @@ PROMTOOL_DIR := $(HOME)/.cache/tessera/promtool/$(PROM_VERSION)-$(PROM_KEY)
 PROMTOOL := $(PROMTOOL_DIR)/promtool
 
 .PHONY: test lint typecheck layers proto-check crd-check pytest demo proto clean cluster-bins \
-	promtool browser
+	promtool browser grafana-schema
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,7 +40,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP) lint typecheck layers proto-check crd-check cluster-bins promtool browser \
-	pytest
+	grafana-schema pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
@@ -59,7 +60,7 @@ crd-check: $(STAMP)
 proto: $(STAMP)
 	$(BIN)/python tools/gen_proto.py
 
-pytest: $(STAMP) cluster-bins promtool browser
+pytest: $(STAMP) cluster-bins promtool browser grafana-schema
 	TESSERA_K8S_BIN=$(CLUSTER_BINS) TESSERA_PROMTOOL=$(PROMTOOL) $(BIN)/pytest -q
 
 cluster-bins: $(CLUSTER_STAMP)
@@ -69,6 +70,15 @@ promtool: $(PROMTOOL)
 
 $(PROMTOOL):
 	GO=$(GO) tools/promtool/build.sh $(PROMTOOL_DIR)
+
+# Grafana's published dashboard schema (@grafana/schema) and tsc, at the versions in
+# tools/grafana-schema/package-lock.json; the dashboard test type-checks the JSON against it.
+GRAFANA_SCHEMA := tools/grafana-schema/node_modules/.installed
+grafana-schema: $(GRAFANA_SCHEMA)
+
+$(GRAFANA_SCHEMA): tools/grafana-schema/package.json tools/grafana-schema/package-lock.json
+	npm ci --prefix tools/grafana-schema --no-audit --no-fund --loglevel=error
+	touch $@
 
 # The report's browser test opens the page in Debian's Chromium (/usr/bin/chromium); as root
 # this installs it when missing (about 20 s), otherwise it says how and the test skips.

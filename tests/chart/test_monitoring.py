@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +33,7 @@ MONITORING = CHART / "monitoring"
 DASHBOARD = MONITORING / "tessera-dashboard.json"
 RULES = MONITORING / "tessera-rules.yaml"
 ALERT_TESTS = Path(__file__).parent / "alerts.test.yaml"
+GRAFANA_SCHEMA = Path(__file__).resolve().parents[2] / "tools" / "grafana-schema"
 
 _KEYWORDS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right", "and",
                        "or", "unless", "offset", "bool"})
@@ -180,6 +182,49 @@ def test_promtool_parses_every_dashboard_query(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     result = run_promtool("check", "rules", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _schema_checker() -> Path:
+    """Grafana's schema package and tsc from ``make grafana-schema``; skip locally, fail
+    under CI, without them."""
+    modules = GRAFANA_SCHEMA / "node_modules"
+    if (modules / ".installed").is_file() and shutil.which("node"):
+        return modules
+    message = "Grafana's schema is not installed: run `make grafana-schema` (needs npm)"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def _type_check(dashboard: dict[str, Any], where: Path) -> subprocess.CompletedProcess[str]:
+    """The dashboard as a literal of Grafana's published ``Dashboard`` type (the schema
+    Grafana's own front end builds against), compiled by tsc: unknown fields, wrong types and
+    missing required ones are errors, as Grafana would misread them."""
+    modules = _schema_checker()
+    (where / "dashboard.ts").write_text(
+        "import type { Dashboard } from '@grafana/schema';\n"
+        f"export const dashboard: Dashboard = {json.dumps(dashboard, indent=1)};\n")
+    (where / "tsconfig.json").write_text(json.dumps({
+        "compilerOptions": {"strict": True, "noEmit": True, "skipLibCheck": True,
+                            "module": "commonjs", "moduleResolution": "node",
+                            "target": "es2020", "baseUrl": ".",
+                            "paths": {"@grafana/schema": [str(modules / "@grafana/schema")]}},
+        "files": ["dashboard.ts"]}))
+    return subprocess.run(["node", str(modules / "typescript/bin/tsc"), "-p", str(where)],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_the_dashboard_is_what_grafana_s_schema_says_a_dashboard_is(tmp_path: Path) -> None:
+    result = _type_check(json.loads(DASHBOARD.read_text()), tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_schema_check_catches_a_misspelt_field(tmp_path: Path) -> None:
+    broken = json.loads(DASHBOARD.read_text())
+    broken["panels"][1]["gridPoss"] = broken["panels"][1].pop("gridPos")
+    result = _type_check(broken, tmp_path)
+    assert result.returncode != 0
+    assert "'\"gridPoss\"' does not exist" in result.stdout
 
 
 def _kinds(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
