@@ -17,10 +17,10 @@ import json
 import random
 import sys
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -76,6 +76,7 @@ DEFAULT_POLICIES = "dynamic,greedy,static:all-balanced,static:all-7g,fluid:gpu"
 SHARED_DEFAULT_POLICIES = "dynamic,static:timeslice-4,static:mps-4,whole,fluid:gpu"
 """On GPUs without MIG (``--cluster 8x8xL4``)."""
 BUNDLED = "bundled"
+_T = TypeVar("_T")
 DEFAULT_LOAD = 1.3
 SAMPLE_HISTORY = "sample_history.csv"
 """The pod history ``--workload bundled`` replays, beside the bundled trace."""
@@ -175,9 +176,7 @@ def _history(args: argparse.Namespace, card: GpuModel | WholeGpu
              ) -> tuple[tuple[Job, ...], float, str]:
     """``--workload``: the user's own pods on their own clock, asking as ``card``'s do."""
     if args.workload == BUNDLED:
-        source = resources.files("tessera.sim") / "data" / SAMPLE_HISTORY
-        with resources.as_file(source) as path:
-            history = load_history(Path(path))
+        history = _bundled(SAMPLE_HISTORY, load_history)
         label = "bundled sample pod history"
     else:
         history = load_history(Path(args.workload))
@@ -214,11 +213,15 @@ def _workload(args: argparse.Namespace, cluster: ClusterSpec) -> tuple[tuple[Job
     return jobs, window, f"{label}, Poisson arrivals in trace order, seed {args.seed}"
 
 
+def _bundled(name: str, load: Callable[[Path], _T]) -> _T:
+    """A file shipped in ``tessera.sim``'s data folder, read by ``load``."""
+    with resources.as_file(resources.files("tessera.sim") / "data" / name) as path:
+        return load(Path(path))
+
+
 def _rows(args: argparse.Namespace) -> tuple[list[TraceRow], str]:
     if args.trace == BUNDLED:
-        source = resources.files("tessera.sim") / "data" / "openb_default_sample.csv"
-        with resources.as_file(source) as path:
-            rows = load_trace(Path(path))
+        rows = _bundled("openb_default_sample.csv", load_trace)
         label = "bundled openb default sample"
     else:
         rows = load_trace(Path(args.trace))

@@ -34,6 +34,7 @@ from tessera.controller.demand import GATE
 from tessera.controller.loop import ClusterCache, Controller, ControllerSettings
 from tessera.core import catalogue
 from tessera.core.planner import DEFAULT_PER_SHAPE, DEFAULT_RESERVATIONS
+from tessera.core.planner.geometry import hostable
 from tessera.sim.cluster import ClusterSpec
 from tessera.sim.policies import (
     DEFAULT_CAPACITY_LAG_S,
@@ -41,7 +42,6 @@ from tessera.sim.policies import (
     Queues,
     Schedule,
     Shape,
-    _hostable,
     _MigPolicy,
 )
 from tessera.sim.workload import Job
@@ -272,5 +272,5 @@ class DynamicPolicy(_MigPolicy):
             return 0
         wanted = self._wanted(shapes)
         return sum(g.free_compute() for g in self.gpus
-                   if not any(_hostable(g.model.name, g.held_mask(), p) for p in wanted))
+                   if not any(hostable(g.model.name, g.held_mask(), p) for p in wanted))
 

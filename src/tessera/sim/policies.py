@@ -180,16 +180,6 @@ class _Gpu:
         return self.model.compute_slices - held
 
 
-@cache
-def _hostable(model_name: str, held: int, profile: str) -> bool:
-    """Whether ``profile`` can be placed beside the held slices once free ones are destroyed."""
-    g = geometry_of(model_name)
-    if profile not in g.by_profile:
-        return False
-    base = g.aggregate(held)
-    return any(g.fits(base, i) for i in g.by_profile[profile])
-
-
 class _MigPolicy(SimPolicy):
     """Slices per GPU, who holds them, and first fit over existing free slices."""
 

@@ -23,7 +23,7 @@ from functools import cache
 from tessera.core import catalogue
 from tessera.core.errors import InvalidInputError
 from tessera.core.layout import Slice
-from tessera.core.planner.geometry import Geometry, geometry_of
+from tessera.core.planner.geometry import Geometry, geometry_of, hostable
 from tessera.core.planner.model import Gpu, PendingPod, Snapshot, Unplaced
 from tessera.core.planner.reserve import DEFAULT_RESERVATIONS
 
@@ -61,16 +61,6 @@ def _profile(resource: str) -> str | None:
 def _held(gpu: Gpu, geometry: Geometry) -> int:
     return sum(1 << geometry.index[Slice(s.profile, s.start)] for s in gpu.slices
                if s.in_use and Slice(s.profile, s.start) in geometry.index)
-
-
-@cache
-def _hostable(model: str, held: int, profile: str) -> bool:
-    """``profile`` fits beside the held slices once the free ones are destroyed."""
-    geometry = geometry_of(model)
-    if profile not in geometry.by_profile:
-        return False
-    base = geometry.aggregate(held)
-    return any(geometry.fits(base, i) for i in geometry.by_profile[profile])
 
 
 def _order(pod: PendingPod) -> tuple[int, float, str]:
@@ -118,7 +108,7 @@ def bounded_batch(snapshot: Snapshot, pods: Sequence[PendingPod], *,
         named = [(p, n) for p, n in profiles if p is not None]
         compute = max(1, sum(_compute(p) * n for p, n in named))
         largest = max((p for p, _ in named), key=_compute)
-        if not any(_hostable(model, held, largest) for model, held, _ in mig):
+        if not any(hostable(model, held, largest) for model, held, _ in mig):
             # The oldest may reserve GPUs that drain for them; the rest wait behind it.
             take(queue, reservations, f"no GPU can host {largest} now; older pods asking "
                  "the same wait first, for GPUs to drain")

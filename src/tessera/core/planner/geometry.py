@@ -148,6 +148,17 @@ def geometry_of(model_name: str) -> Geometry:
     return Geometry(catalogue.model(model_name))
 
 
+@cache
+def hostable(model_name: str, held: int, profile: str) -> bool:
+    """Whether ``profile`` fits on a GPU of ``model_name`` beside the ``held`` slices (a mask)
+    once its free ones are destroyed: what can start there after a reshape."""
+    geometry = geometry_of(model_name)
+    if profile not in geometry.by_profile:
+        return False
+    base = geometry.aggregate(held)
+    return any(geometry.fits(base, i) for i in geometry.by_profile[profile])
+
+
 def bits(mask: int) -> list[int]:
     out = []
     while mask:
