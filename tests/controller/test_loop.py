@@ -376,6 +376,10 @@ def test_pods_that_do_not_fit_are_planned_again_only_when_something_changed() ->
     for _ in range(2):
         clock.now += 1
         controller.tick()
+    assert counter.plans == 1, "with pods already waiting, the batch window is 5 s"
+    for _ in range(4):
+        clock.now += 1
+        controller.tick()
     assert counter.plans == 2
     for _ in range(8):
         clock.now += 1

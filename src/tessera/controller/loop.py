@@ -182,6 +182,12 @@ class ControllerSettings:
     """Pods that did not fit are planned again only when the cluster changed (a pod came or
     went, a slice freed, a node, policy or plan report changed) or after this long: time alone
     can matter (a GPU's repartition interval running out)."""
+    backlog_batch_s: float = 5.0
+    """The batch window (idle and max) while pods the last plan could not place still wait.
+    They wait for capacity anyway, and one plan over the departures and arrivals of a few
+    seconds packs better than a plan per departure: on the simulation grid, driving this
+    controller, 5 s instead of 0.5/3 s served up to 5.5 points more compute under overload
+    (bench/README.md). A pod arriving to a cluster with room still waits only batch_idle_s."""
     per_shape: int = planner.DEFAULT_PER_SHAPE
     """Pods of one request shape a plan considers at most (:func:`planner.bounded_batch`)."""
     reservations: int = planner.DEFAULT_RESERVATIONS
@@ -220,6 +226,9 @@ class _State:
     last_inputs: object = None
     """What the last plan was made from (snapshot without its clock, pending pods)."""
     last_plan_at: float = float("-inf")
+    backlog: bool = False
+    """The last plan left pods waiting (unplaced, or not in its batch): the next batch window
+    is ``backlog_batch_s``."""
     more: bool = False
     """The last plan left pods of some shape for the next one (its batch was bounded) while
     capacity may remain: the next tick plans again even if nothing else changed."""
@@ -386,9 +395,19 @@ class Controller:
         elif fresh != state.batch_keys:
             state.batch_changed = now
             state.batch_keys = fresh
-        idle = now - state.batch_changed >= self.settings.batch_idle_s
-        full = now - state.batch_opened >= self.settings.batch_max_s
+        idle_s, max_s = self.batch_window()
+        idle = now - state.batch_changed >= idle_s
+        full = now - state.batch_opened >= max_s
         return idle or full
+
+    def batch_window(self) -> tuple[float, float]:
+        """(idle, max) seconds of the batch now: the settings', or ``backlog_batch_s`` for
+        both while pods the last plan could not place still wait."""
+        settings = self.settings
+        if self.state.backlog:
+            wait = max(settings.batch_idle_s, settings.backlog_batch_s)
+            return wait, max(settings.batch_max_s, wait)
+        return settings.batch_idle_s, settings.batch_max_s
 
     def _forget(self, pods: Mapping[str, RawObject], waiting: Mapping[str, RawObject]) -> None:
         state = self.state
@@ -503,6 +522,7 @@ class Controller:
             self._tell(pod, "NoGPUFit", reason, True)
         for left in batch.later:
             self._tell(left.pod, "Waiting", f"not planned yet: {left.reason}", False)
+        state.backlog = bool(decision.unplaced or batch.later)
         state.batch_opened = None
         state.batch_keys = frozenset()
         self.metrics.record_plan(seconds, len(decision.pods), len(decision.unplaced),

@@ -260,9 +260,8 @@ class DynamicPolicy(_MigPolicy):
         if state.more:
             due.append(now + _SOON)
         if state.batch_opened is not None:
-            settings = self.controller.settings
-            due.append(min(state.batch_changed + settings.batch_idle_s,
-                           state.batch_opened + settings.batch_max_s))
+            idle, most = self.controller.batch_window()
+            due.append(min(state.batch_changed + idle, state.batch_opened + most))
         # Something already due (a plan done with no latency) is seen at the next tick, which
         # must then come right after this one.
         return max(min(due), now + _SOON) if due else None
