@@ -27,6 +27,10 @@ def register(commands: Any) -> None:
                         help="close a batch after this long without a new pending pod")
     parser.add_argument("--batch-max-seconds", type=float, default=3.0,
                         help="close a batch at the latest this long after it opened")
+    parser.add_argument("--backlog-batch-seconds", type=float,
+                        default=ControllerSettings.backlog_batch_s,
+                        help="the batch window while pods the last plan could not place still "
+                        "wait (a plan over a few seconds of changes packs better)")
     parser.add_argument("--plan-timeout-seconds", type=float, default=120.0,
                         help="give up waiting for an agent to report a plan after this long")
     parser.add_argument("--resync-seconds", type=float, default=30.0,
@@ -43,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
     settings = ControllerSettings(batch_idle_s=args.batch_idle_seconds,
                                   batch_max_s=args.batch_max_seconds,
+                                  backlog_batch_s=args.backlog_batch_seconds,
                                   plan_timeout_s=args.plan_timeout_seconds,
                                   resync_s=args.resync_seconds, solver=args.solver)
     operator.run(api_client(args.kubeconfig), namespace=args.namespace, settings=settings,
