@@ -561,3 +561,31 @@ def test_a_slice_given_to_a_pod_that_waits_for_it_is_not_given_again() -> None:
     events = {e[0]: e[2] for e in recorder.pod_events if e[1] == "Placed"}
     assert events["ml/first"].startswith("free 1g.10gb on node-a GPU 0")
     assert events["ml/second"].startswith("creating 1g.10gb"), events["ml/second"]
+
+
+def test_a_batch_cut_short_is_planned_again_at_once() -> None:
+    """A plan takes at most ``per_shape`` pods of a kind; the rest are planned on the next
+    ticks, not after the backlog's longer batch window."""
+    cache = ClusterCache()
+    recorder = Recorder(cache)
+    clock = Clock()
+    counter = PlanCounter()
+    controller = Controller(cache, recorder, ControllerSettings(
+        batch_idle_s=0.5, batch_max_s=3.0, per_shape=1), clock=clock, wall_clock=clock,
+        metrics=counter)
+    cache.put("partitionpolicy", "ADDED", DYNAMIC)
+    cache.put("node", "ADDED", node("node-a", {"nvidia.com/mig-1g.10gb": "3"}))
+    cache.put("nodepartition", "ADDED", partition("node-a", [
+        {"profile": "1g.10gb", "start": s, "gpuInstanceId": 9 + s,
+         "uuid": f"MIG-{s:08d}-0000-5000-0000-000000000000"} for s in (0, 1, 2)]))
+    for name in ("p1", "p2", "p3"):
+        cache.put("pod", "ADDED", pod(name))
+    for _ in range(8):
+        clock.now += 0.5
+        controller.tick()
+        for key, node_name, _, _ in recorder.released:  # the scheduler binds them
+            cache.put("pod", "MODIFIED", pod(key.split("/")[1], gated=False,
+                                             node_name=node_name))
+    placed = [e[0] for e in recorder.pod_events if e[1] == "Placed"]
+    assert sorted(placed) == ["ml/p1", "ml/p2", "ml/p3"], "all three within 4 s"
+    assert counter.plans == 3

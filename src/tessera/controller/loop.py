@@ -522,7 +522,8 @@ class Controller:
             self._tell(pod, "NoGPUFit", reason, True)
         for left in batch.later:
             self._tell(left.pod, "Waiting", f"not planned yet: {left.reason}", False)
-        state.backlog = bool(decision.unplaced or batch.later)
+        # A batch cut short is no backlog: the pods it left may fit, and are planned at once.
+        state.backlog = bool(decision.unplaced or batch.later) and not batch.cut_short
         state.batch_opened = None
         state.batch_keys = frozenset()
         self.metrics.record_plan(seconds, len(decision.pods), len(decision.unplaced),
