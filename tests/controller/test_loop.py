@@ -321,18 +321,25 @@ class PlanCounter:
         self.waits.append(waited_s)
 
 
+def counted(**settings: Any) -> tuple[ClusterCache, Recorder, Controller, Clock, PlanCounter]:
+    """A controller over a dynamic policy whose plans, ticks and releases are counted."""
+    cache = ClusterCache()
+    recorder = Recorder(cache)
+    clock = Clock()
+    counter = PlanCounter()
+    controller = Controller(cache, recorder, ControllerSettings(
+        **{"batch_idle_s": 0.5, "batch_max_s": 3.0, **settings}), clock=clock,
+        wall_clock=clock, metrics=counter)
+    cache.put("partitionpolicy", "ADDED", DYNAMIC)
+    return cache, recorder, controller, clock, counter
+
+
 def test_the_oldest_waiting_pod_s_age_and_each_pod_s_wait_are_measured() -> None:
     """What the dashboard's "pending GPU pods and their age" and the wait alert read: the
     age of the oldest waiting pod on every tick, and creation-to-release per released pod."""
-    cache = ClusterCache()
-    recorder = Recorder(cache)
+    cache, recorder, controller, clock, counter = counted()
     created = 1_796_205_600.0  # the pods' creationTimestamp, 2026-12-02T10:00:00Z
-    clock = Clock()
     clock.now = created + 100
-    counter = PlanCounter()
-    controller = Controller(cache, recorder, ControllerSettings(
-        batch_idle_s=0.5, batch_max_s=3.0), clock=clock, wall_clock=clock, metrics=counter)
-    cache.put("partitionpolicy", "ADDED", DYNAMIC)
     cache.put("node", "ADDED", node("node-a", {"nvidia.com/mig-1g.10gb": "1"}))
     free = {"profile": "1g.10gb", "start": 0, "gpuInstanceId": 7,
             "uuid": "MIG-00000000-0000-5000-0000-000000000001"}
@@ -351,14 +358,7 @@ def test_the_oldest_waiting_pod_s_age_and_each_pod_s_wait_are_measured() -> None
 
 
 def test_pods_that_do_not_fit_are_planned_again_only_when_something_changed() -> None:
-    cache = ClusterCache()
-    recorder = Recorder(cache)
-    clock = Clock()
-    counter = PlanCounter()
-    controller = Controller(cache, recorder, ControllerSettings(
-        batch_idle_s=0.5, batch_max_s=3.0, resync_s=30.0), clock=clock, wall_clock=clock,
-        metrics=counter)
-    cache.put("partitionpolicy", "ADDED", DYNAMIC)
+    cache, recorder, controller, clock, counter = counted(resync_s=30.0)
     cache.put("node", "ADDED", node("node-a"))
     busy = {"profile": "7g.80gb", "start": 0, "gpuInstanceId": 0,
             "uuid": "MIG-00000000-0000-5000-0000-000000000000"}
@@ -566,14 +566,7 @@ def test_a_slice_given_to_a_pod_that_waits_for_it_is_not_given_again() -> None:
 def test_a_batch_cut_short_is_planned_again_at_once() -> None:
     """A plan takes at most ``per_shape`` pods of a kind; the rest are planned on the next
     ticks, not after the backlog's longer batch window."""
-    cache = ClusterCache()
-    recorder = Recorder(cache)
-    clock = Clock()
-    counter = PlanCounter()
-    controller = Controller(cache, recorder, ControllerSettings(
-        batch_idle_s=0.5, batch_max_s=3.0, per_shape=1), clock=clock, wall_clock=clock,
-        metrics=counter)
-    cache.put("partitionpolicy", "ADDED", DYNAMIC)
+    cache, recorder, controller, clock, counter = counted(per_shape=1)
     cache.put("node", "ADDED", node("node-a", {"nvidia.com/mig-1g.10gb": "3"}))
     cache.put("nodepartition", "ADDED", partition("node-a", [
         {"profile": "1g.10gb", "start": s, "gpuInstanceId": 9 + s,
