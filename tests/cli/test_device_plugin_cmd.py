@@ -57,8 +57,12 @@ def test_the_plugins_advertise_the_cards_as_they_are(node: tuple[Path, KubeletSt
     _, kubelet = node
     kubelet.wait_until(lambda k: k.allocatable() == {MIG_1G: 1, "nvidia.com/mig-3g.40gb": 1},
                        timeout=20, what="the node's MIG devices advertised")
-    registered = {r.resource_name for r in kubelet.registrations if r.accepted}
-    assert {MIG_1G, "nvidia.com/mig-3g.40gb"} <= registered
+    # The stand-in records a registration once it has dialled back, which can be a moment
+    # after the first ListAndWatch answer it started has already come in.
+    kubelet.wait_until(
+        lambda k: {MIG_1G, "nvidia.com/mig-3g.40gb"} <= {r.resource_name
+                                                        for r in k.registrations if r.accepted},
+        timeout=20, what="both plugins' registrations accepted")
 
 
 def test_a_slice_another_process_creates_is_advertised(node: tuple[Path, KubeletStandIn]) -> None:
