@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -244,11 +244,6 @@ def _demand_mix(pods: Iterable[planner.PendingPod]) -> dict[str, float]:
     return mix
 
 
-def _age(pod: RawObject, wall: float) -> float | None:
-    created = demand.created_at(pod)
-    return None if created is None else max(0.0, wall - created)
-
-
 def _allocatable(node: RawObject, resource: str) -> int:
     value = (node.get("status", {}).get("allocatable") or {}).get(resource, "0")
     try:
@@ -270,7 +265,6 @@ class Controller:
         self._wall = wall_clock
         self.metrics = metrics or _NoMetrics()
         self.state = _State()
-        self._bound_for: tuple[Mapping[str, RawObject], dict[str, dict[str, int]]] | None = None
 
     def reset(self) -> None:
         """Forget in-memory decisions (after losing leadership); the cluster holds the rest."""
@@ -311,13 +305,13 @@ class Controller:
             inflight.add(name)
         return inflight
 
-    def _claimed(self, pods: Mapping[str, RawObject],
+    def _claimed(self, pods: Mapping[str, RawObject], bound: Mapping[str, Mapping[str, int]],
                  placed: bool = False) -> dict[str, dict[str, int]]:
         """GPU units held per node by pods bound there (or released to it); with ``placed``,
         also by pods a plan put there that wait for the slice to show: a new plan must not
         hand the same slice to another pod meanwhile (it did, when a node applied its plan
         before the kubelet advertised the slice)."""
-        claimed = {node: dict(held) for node, held in self._bound(pods).items()}
+        claimed = {node: dict(held) for node, held in bound.items()}
         if placed:
             for key, waiting in self.state.waiting.items():
                 if key in pods and not pods[key].get("spec", {}).get("nodeName"):
@@ -327,11 +321,8 @@ class Controller:
         return claimed
 
     def _bound(self, pods: Mapping[str, RawObject]) -> dict[str, dict[str, int]]:
-        """Units held per node by pods bound or released there, once per tick (the view's
-        ``pods`` dict is the tick's; releases made during the tick are added by
-        :meth:`_release` itself)."""
-        if self._bound_for is not None and self._bound_for[0] is pods:
-            return self._bound_for[1]
+        """Units held per node by pods bound or released there: one pass over the pods per
+        tick, shared by the plan and the releases (which add their own as they go)."""
         claimed: dict[str, dict[str, int]] = {}
         for key, pod in pods.items():
             facts = self.cache.facts(key, pod)
@@ -346,7 +337,6 @@ class Controller:
             slot = claimed.setdefault(node, {})
             for resource, count in facts.requests.items():
                 slot[resource] = slot.get(resource, 0) + count
-        self._bound_for = (pods, claimed)
         return claimed
 
     def _write(self, node: str, spec: NodePartitionSpec, partition: NodePartition | None,
@@ -372,13 +362,15 @@ class Controller:
         self.metrics.record_tick(len(waiting), True, self._oldest_wait(waiting))
         self._forget(pods, waiting)
         fresh = frozenset(k for k in waiting if k not in self.state.waiting)
+        bound = self._bound(pods)
         if fresh and self._batch_closed(fresh, now):
-            self._plan(waiting, pods=pods, nodes=nodes, partitions=partitions,
+            self._plan(waiting, pods=pods, bound=bound, nodes=nodes, partitions=partitions,
                        policies=list(policies.values()), inflight=inflight, now=now)
         # A node this tick's plan just wrote is in flight too: its allocatable (read before
         # the write) may still show a free slice the plan destroys, and a pod released onto
         # it would be refused by the kubelet (found by the simulator driving this loop).
-        self._release(pods, nodes, partitions, inflight | set(self.state.written), now)
+        self._release(pods, bound, nodes, partitions,
+                      inflight=inflight | set(self.state.written), now=now)
 
     def _oldest_wait(self, waiting: Mapping[str, RawObject]) -> float:
         """How long the oldest waiting GPU pod has existed: the age an alert fires on."""
@@ -478,11 +470,13 @@ class Controller:
                 self.writer.policy_status(name, status)
 
     def _plan(self, waiting: Mapping[str, RawObject], *, pods: Mapping[str, RawObject],
-              nodes: Mapping[str, RawObject], partitions: Mapping[str, NodePartition],
-              policies: list[PartitionPolicy], inflight: set[str], now: float) -> None:
+              bound: Mapping[str, Mapping[str, int]], nodes: Mapping[str, RawObject],
+              partitions: Mapping[str, NodePartition], policies: list[PartitionPolicy],
+              inflight: set[str], now: float) -> None:
         state = self.state
         candidates = {k: p for k, p in waiting.items() if k not in state.waiting}
-        snapshot = self._snapshot(pods, nodes, partitions, policies, inflight)
+        snapshot = self._snapshot(pods, bound, nodes, partitions, policies=policies,
+                                  inflight=inflight)
         # The pods by identity (a changed pod is a new object in the cache), not by value:
         # hashing thousands of pods on every tick costs more than the comparison saves.
         inputs = (replace(snapshot, now=None),
@@ -495,13 +489,9 @@ class Controller:
             return
         state.last_inputs, state.last_plan_at = inputs, now
         started = time.perf_counter()
-        waiting_pods = [self.cache.facts(k, p).pending for k, p in candidates.items()]
-        batch = planner.bounded_batch(snapshot, waiting_pods, per_shape=self.settings.per_shape,
-                                      reservations=self.settings.reservations)
-        pending = list(batch.pods)
-        result = planner.plan(snapshot, pending, solver=self.settings.solver,
-                              reservations=self.settings.reservations,
-                              recent_demand=_demand_mix(waiting_pods))
+        batch, result = self._plan_batch(
+            snapshot, [self.cache.facts(k, p).pending for k, p in candidates.items()])
+        pending = batch.pods
         seconds = time.perf_counter() - started
         state.more = batch.cut_short
         if batch.cut_short:
@@ -538,22 +528,30 @@ class Controller:
         pods, nodes, partitions, policies = self.cache.view()
         now = self._clock()
         inflight = self._inflight(partitions, now)
-        waiting = [self.cache.facts(k, p).pending for k, p in pods.items()
-                   if self.cache.facts(k, p).waiting and k not in self.state.waiting]
-        snapshot = self._snapshot(pods, nodes, partitions, list(policies.values()), inflight)
-        batch = planner.bounded_batch(snapshot, waiting, per_shape=self.settings.per_shape,
-                                      reservations=self.settings.reservations)
-        result = planner.plan(snapshot, list(batch.pods), solver=self.settings.solver,
-                              reservations=self.settings.reservations,
-                              recent_demand=_demand_mix(waiting))
+        facts = [self.cache.facts(k, p) for k, p in pods.items() if k not in self.state.waiting]
+        snapshot = self._snapshot(pods, self._bound(pods), nodes, partitions,
+                                  policies=list(policies.values()), inflight=inflight)
+        batch, result = self._plan_batch(snapshot, [f.pending for f in facts if f.waiting])
         return replace(result, unplaced=(*result.unplaced, *batch.later))
 
-    def _snapshot(self, pods: Mapping[str, RawObject], nodes: Mapping[str, RawObject],
-                  partitions: Mapping[str, NodePartition], policies: list[PartitionPolicy],
-                  inflight: set[str]) -> planner.Snapshot:
+    def _plan_batch(self, snapshot: planner.Snapshot, waiting: Sequence[planner.PendingPod]
+                    ) -> tuple[planner.Batch, planner.Plan]:
+        """The bounded batch of the waiting pods, and the planner's plan for it, with the
+        whole backlog's mix as the demand placements keep capacity usable for."""
+        settings = self.settings
+        batch = planner.bounded_batch(snapshot, waiting, per_shape=settings.per_shape,
+                                      reservations=settings.reservations)
+        result = planner.plan(snapshot, list(batch.pods), solver=settings.solver,
+                              reservations=settings.reservations,
+                              recent_demand=_demand_mix(waiting))
+        return batch, result
+
+    def _snapshot(self, pods: Mapping[str, RawObject], bound: Mapping[str, Mapping[str, int]],
+                  nodes: Mapping[str, RawObject], partitions: Mapping[str, NodePartition], *,
+                  policies: list[PartitionPolicy], inflight: set[str]) -> planner.Snapshot:
         """The planner's view: placed pods that wait for their slice hold it too."""
         return build_snapshot(nodes.values(), partitions, policies,
-                              self._claimed(pods, placed=True), frozen=inflight,
+                              self._claimed(pods, bound, placed=True), frozen=inflight,
                               last_change=self.state.last_change, now=self._wall(),
                               specs=self.state.specs)
 
@@ -592,15 +590,15 @@ class Controller:
                     kept += 1
         return min(allocatable, kept)
 
-    def _release(self, pods: Mapping[str, RawObject], nodes: Mapping[str, RawObject],
-                 partitions: Mapping[str, NodePartition], inflight: set[str],
-                 now: float) -> None:
+    def _release(self, pods: Mapping[str, RawObject], bound: Mapping[str, Mapping[str, int]],
+                 nodes: Mapping[str, RawObject], partitions: Mapping[str, NodePartition], *,
+                 inflight: set[str], now: float) -> None:
         """Pin and release placed pods whose node has room for them now. A node whose plan
         is in flight releases pods onto the slices it has and keeps (a pod placed on an
         existing slice need not wait for another GPU's reconfiguration); the slices the plan
         makes count once the kubelet advertises them."""
         state = self.state
-        claimed = self._claimed(pods)
+        claimed = self._claimed(pods, bound)
         for key, waiting in sorted(state.waiting.items(), key=lambda kv: kv[1].since):
             pod = pods.get(key)
             node = nodes.get(waiting.node)
@@ -626,7 +624,9 @@ class Controller:
                 continue
             hostname = node_labels(node).get("kubernetes.io/hostname", waiting.node)
             self.writer.release_pod(key, waiting.node, hostname, demand.is_gated(pod))
-            self.metrics.record_release(_age(pod, self._wall()))
+            created = self.cache.facts(key, pod).created
+            self.metrics.record_release(
+                None if created is None else max(0.0, self._wall() - created))
             for resource, count in waiting.requests:
                 held[resource] = held.get(resource, 0) + count
             state.released[key] = waiting
