@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tessera.cli import simulate_cmd
+from tessera.cli import plan_cmd, simulate_cmd
 from tessera.cli.main import build_parser, main
 from tessera.cli.simulate_cmd import history_row, history_rows
 from tessera.core import catalogue
@@ -258,9 +258,10 @@ class TestExportRows:
             seen.append((kubeconfig, context))
             return Api()
 
-        monkeypatch.setattr(simulate_cmd, "api_client", connect)
-        monkeypatch.setattr(simulate_cmd, "api_listers",
-                            lambda api: (("pod", lambda: pods), ("node", lambda: [])))
+        # The export lists through the live-cluster helper of `tessera plan`, pods only.
+        monkeypatch.setattr(plan_cmd, "api_client", connect)
+        monkeypatch.setattr(plan_cmd, "api_listers", lambda api: (
+            ("pod", lambda: pods), ("node", lambda: pytest.fail("only pods are listed"))))
         out = tmp_path / "pods.csv"
         assert main(["simulate", "export", "--kubeconfig", "kc", "--context", "ctx",
                      "-o", str(out)]) == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, cast
 
@@ -104,19 +105,30 @@ class _ReadOnly:
         raise RuntimeError(f"tessera plan is read-only; the controller tried {name}")
 
 
-def live_cluster(kubeconfig: str | None, context: str | None,
-                 solver: SolverName) -> Controller:
-    """A controller over a full, read-only listing of the live cluster, that writes nothing."""
+def live_cache(kubeconfig: str | None, context: str | None,
+               kinds: Collection[str] | None = None) -> ClusterCache:
+    """A read-only listing of the live cluster into the controller's cache, with the
+    controller's own listers: every kind it reads, or only ``kinds`` (``tessera simulate
+    export`` lists pods alone, so it works on a cluster without Tessera's CRDs)."""
     api = api_client(kubeconfig, context)
+    cache = ClusterCache()
     try:
-        cache = ClusterCache()
-        prime(cache, api_listers(api))
+        prime(cache, [(kind, lister) for kind, lister in api_listers(api)
+                      if kinds is None or kind in kinds])
     except ApiException as exc:
-        raise InvalidInputError("--kubeconfig", f"listing the cluster failed: {exc.status} "
+        what = "the cluster" if kinds is None else " and ".join(f"{k}s" for k in kinds)
+        raise InvalidInputError("--kubeconfig", f"listing {what} failed: {exc.status} "
                                 f"{exc.reason}") from exc
     finally:
         api.close()  # type: ignore[no-untyped-call]
-    return Controller(cache, cast(Writer, _ReadOnly()), ControllerSettings(solver=solver))
+    return cache
+
+
+def live_cluster(kubeconfig: str | None, context: str | None,
+                 solver: SolverName) -> Controller:
+    """A controller over a full, read-only listing of the live cluster, that writes nothing."""
+    return Controller(live_cache(kubeconfig, context), cast(Writer, _ReadOnly()),
+                      ControllerSettings(solver=solver))
 
 
 def live_plan(kubeconfig: str | None, context: str | None, solver: SolverName) -> Plan:

@@ -22,17 +22,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kubernetes.client.exceptions import ApiException
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tessera.cli.plan_cmd import live_cache
 from tessera.controller import demand
-from tessera.controller.operator import api_listers
 from tessera.core import catalogue
 from tessera.core.catalogue import GpuModel, WholeGpu
 from tessera.core.errors import InvalidInputError
-from tessera.kube.config import api_client
 from tessera.sim.cluster import SHORTHAND, ClusterSpec, load_cluster, shorthand
-from tessera.sim.dynamic import DynamicPolicy
+from tessera.sim.dynamic import DEFAULT_BATCH_IDLE_S, DEFAULT_BATCH_MAX_S, DynamicPolicy
 from tessera.sim.engine import RunResult, simulate
 from tessera.sim.history import (
     HistoryPod,
@@ -125,8 +123,8 @@ def register(commands: Any) -> None:
                         help="cap on a pod's duration in seconds (default one day)")
     parser.add_argument("--batch-window", type=float, default=DEFAULT_BATCH_WINDOW_S,
                         help="seconds greedy and the shared-GPU policies collect pods before "
-                        "planning (dynamic batches as the controller does: 0.5 s idle, 3 s "
-                        "at most)")
+                        "planning (dynamic batches as the controller does: "
+                        f"{DEFAULT_BATCH_IDLE_S:g} s idle, {DEFAULT_BATCH_MAX_S:g} s at most)")
     parser.add_argument("--reconfig-latency", type=float, default=DEFAULT_RECONFIG_LATENCY_S,
                         help="seconds per GPU-instance create/destroy")
     parser.add_argument("--capacity-lag", type=float, default=DEFAULT_CAPACITY_LAG_S,
@@ -231,14 +229,25 @@ def _rows(args: argparse.Namespace) -> tuple[list[TraceRow], str]:
     return rows, label
 
 
+def _names(args: argparse.Namespace, default: str) -> list[str]:
+    """The policies ``--policies`` names, or ``default``'s."""
+    return [n.strip() for n in (args.policies or default).split(",") if n.strip()]
+
+
+def _shared(name: str, cluster: SharedCluster, args: argparse.Namespace) -> SimPolicy:
+    """A policy for GPUs without MIG, with the run's timing."""
+    return shared_policy(name, cluster, batch_window=args.batch_window,
+                         capacity_lag=args.capacity_lag)
+
+
 def _policy(name: str, cluster: ClusterSpec, args: argparse.Namespace) -> SimPolicy | None:
-    timing = {"batch_window": args.batch_window, "reconfig_latency": args.reconfig_latency,
-              "capacity_lag": args.capacity_lag}
     if name == "dynamic":
         return DynamicPolicy(cluster, reconfig_latency=args.reconfig_latency,
                              capacity_lag=args.capacity_lag)
     if name == "greedy":
-        return GreedyPolicy(cluster, **timing)
+        return GreedyPolicy(cluster, batch_window=args.batch_window,
+                            reconfig_latency=args.reconfig_latency,
+                            capacity_lag=args.capacity_lag)
     if name == "fluid:gpu":
         return FluidGpuPolicy(cluster)
     if name == "fluid:cluster":
@@ -319,12 +328,10 @@ def _mixed_run(args: argparse.Namespace, cluster: MixedCluster
     rows, label = _rows(args)
     jobs, window, to_mig = mixed_jobs(rows, cluster, load=args.load, seed=args.seed,
                                       max_duration=args.max_duration)
-    names = [n.strip() for n in (args.policies or MIXED_DEFAULT_POLICIES).split(",")
-             if n.strip()]
+    names = _names(args, MIXED_DEFAULT_POLICIES)
     policies: list[tuple[str, SimPolicy | None]] = [(n, mixed_policy(
         n, cluster, to_mig, lambda m: _policy(m, cluster.mig, args),
-        lambda o: shared_policy(o, cluster.shared, batch_window=args.batch_window,
-                                capacity_lag=args.capacity_lag))) for n in names]
+        lambda o: _shared(o, cluster.shared, args))) for n in names]
     source = (f"{label}, Poisson arrivals in trace order, seed {args.seed}; "
               f"{len(to_mig)} of the pods to the MIG pool")
     return jobs, window, source, policies
@@ -340,14 +347,12 @@ def _sizing(args: argparse.Namespace) -> int:
     if shared is not None:
         jobs, horizon, source = _shared_workload(args, shared)
         model_name = shared.card.name
-        names = [n.strip() for n in (args.policies or SHARED_DEFAULT_POLICIES).split(",")
-                 if n.strip()]
+        names = _names(args, SHARED_DEFAULT_POLICIES)
         limit, per_node = shared.nodes * 4, shared.per_node
         for name in names:
             def make(nodes: int, name: str = name) -> tuple[SimPolicy, int]:
                 cluster = SharedCluster(shared.card, nodes, shared.per_node)
-                return shared_policy(name, cluster, batch_window=args.batch_window,
-                                     capacity_lag=args.capacity_lag), cluster.capacity
+                return _shared(name, cluster, args), cluster.capacity
             answers.append(size_for(name, make, jobs, horizon, target, limit=limit,
                                     gpus_per_node=per_node))
     else:
@@ -355,8 +360,7 @@ def _sizing(args: argparse.Namespace) -> int:
         per_node = len(mig.nodes[0].gpus)
         jobs, horizon, source = _workload(args, mig)
         model_name = mig.main_model.name
-        names = [n.strip() for n in (args.policies or _default_policies(mig)).split(",")
-                 if n.strip()]
+        names = _names(args, _default_policies(mig))
         limit = len(mig.nodes) * 4
         for name in names:
             if name == "static:best":
@@ -419,16 +423,13 @@ def run(args: argparse.Namespace) -> int:
     elif shared is not None:
         cluster = shared
         jobs, horizon, source = _shared_workload(args, shared)
-        names = [n.strip() for n in (args.policies or SHARED_DEFAULT_POLICIES).split(",")
-                 if n.strip()]
-        policies = [(n, shared_policy(n, shared, batch_window=args.batch_window,
-                                      capacity_lag=args.capacity_lag)) for n in names]
+        names = _names(args, SHARED_DEFAULT_POLICIES)
+        policies = [(n, _shared(n, shared, args)) for n in names]
     else:
         mig = load_cluster(args.cluster)
         cluster = mig
         jobs, horizon, source = _workload(args, mig)
-        names = [n.strip() for n in (args.policies or _default_policies(mig)).split(",")
-                 if n.strip()]
+        names = _names(args, _default_policies(mig))
         policies = [(n, _policy(n, mig, args)) for n in names]
     results: list[RunResult] = []
     with Progress(TextColumn("{task.description:<22}"), BarColumn(), TimeElapsedColumn(),
@@ -451,8 +452,9 @@ def run(args: argparse.Namespace) -> int:
     details = [f"cluster: {cluster.describe()}", f"workload: {source}, {len(jobs)} pods, "
                f"offered load {offered:.2f}, "
                f"window {horizon / 3600:.2f} h",
-               "dynamic: the controller's own decision loop (batches of 0.5 s idle, 3 s "
-               f"at most); greedy: batch window {args.batch_window} s; reconfiguration "
+               "dynamic: the controller's own decision loop (batches of "
+               f"{DEFAULT_BATCH_IDLE_S:g} s idle, {DEFAULT_BATCH_MAX_S:g} s at most); greedy: "
+               f"batch window {args.batch_window} s; reconfiguration "
                f"{args.reconfig_latency} s per GPU-instance operation, capacity lag "
                f"{args.capacity_lag} s", f"mapping: {args.mapping}"]
     report = write_report(args.report, results, title="Tessera what-if simulation",
@@ -517,17 +519,10 @@ def history_rows(pods: Iterable[Mapping[str, Any]]) -> tuple[list[HistoryPod], C
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """List pods only, with the controller's own lister: not the full listing of ``tessera
-    plan --kubeconfig`` (:func:`~tessera.cli.plan_cmd.live_cluster`), which needs Tessera's
-    CRDs, since the export is most useful on a cluster that does not run Tessera yet."""
-    api = api_client(args.kubeconfig, args.context)
-    try:
-        pods = dict(api_listers(api))["pod"]()
-    except ApiException as exc:
-        raise InvalidInputError("--kubeconfig", f"listing pods failed: {exc.status} "
-                                f"{exc.reason}") from exc
-    finally:
-        api.close()  # type: ignore[no-untyped-call]
+    """List pods only: not the full listing of ``tessera plan --kubeconfig``, which needs
+    Tessera's CRDs, since the export is most useful on a cluster that does not run Tessera
+    yet."""
+    pods = live_cache(args.kubeconfig, args.context, kinds=("pod",)).pods.values()
     rows, skipped = history_rows(pods)
     text = write_history(rows)
     if args.output == "-":
