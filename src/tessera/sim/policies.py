@@ -250,17 +250,27 @@ class _MigPolicy(SimPolicy):
             return None
         for n, counts in enumerate(self.node_free):
             if all(counts[p] >= k for p, k in job.requests):
-                ready = now
-                for profile, count in job.requests:
-                    left = count
-                    for gpu in self.node_gpus[n]:
-                        for start in sorted(gpu.slices):
-                            item = gpu.slices[start]
-                            if left and item.holder is None and item.profile == profile:
-                                ready = max(ready, self._take(job, gpu, start))
-                                left -= 1
-                return ready
+                return max(now, self._take_first(job, n))
         return None
+
+    def _take_first(self, job: Job, node: int, usable_at: float | None = None) -> float:
+        """Give ``job`` the first free slices of its profiles on ``node`` (GPU order, then
+        start), as a kubelet hands out devices; with ``usable_at``, only slices ready by then.
+        Returns when its last slice is ready; the caller has checked the node has them."""
+        ready = 0.0
+        for profile, count in job.requests:
+            left = count
+            for gpu in self.node_gpus[node]:
+                for start in sorted(gpu.slices):
+                    item = gpu.slices[start]
+                    if (left and item.holder is None and item.profile == profile
+                            and (usable_at is None or item.ready_at <= usable_at)):
+                        ready = max(ready, self._take(job, gpu, start))
+                        left -= 1
+            if left:
+                raise AssertionError(f"{job.name}: node {node} has {left} free {profile} "
+                                     "fewer than it asks")
+        return ready
 
     def layout(self, gpu: int) -> Layout | None:
         if gpu >= len(self.gpus):
