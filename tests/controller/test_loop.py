@@ -11,7 +11,7 @@ from tessera.api.v1alpha1 import (
     PartitionPolicyStatus,
 )
 from tessera.controller.demand import GATE
-from tessera.controller.loop import ClusterCache, Controller, ControllerSettings
+from tessera.controller.loop import ClusterCache, Controller, ControllerSettings, Metrics
 from tessera.controller.snapshot import build_snapshot
 
 
@@ -87,14 +87,18 @@ DYNAMIC = {"metadata": {"name": "a100-dynamic", "generation": 1},
            "spec": {"nodeSelector": {"matchLabels": {"gpu": "a100"}}, "mode": "dynamic"}}
 
 
-def setup() -> tuple[ClusterCache, Recorder, Controller, Clock]:
+def setup(policy: dict[str, Any] | None = DYNAMIC, metrics: Metrics | None = None,
+          **settings: Any) -> tuple[ClusterCache, Recorder, Controller, Clock]:
+    """A controller on a clock the test moves, writing to a recorder, under ``policy``
+    (None: no policy), with the batch window of 0.5 s idle / 3 s unless ``settings`` say."""
     cache = ClusterCache()
     recorder = Recorder(cache)
     clock = Clock()
-    controller = Controller(cache, recorder, ControllerSettings(batch_idle_s=0.5,
-                                                                batch_max_s=3.0),
-                            clock=clock, wall_clock=clock)
-    cache.put("partitionpolicy", "ADDED", DYNAMIC)
+    controller = Controller(cache, recorder, ControllerSettings(
+        **{"batch_idle_s": 0.5, "batch_max_s": 3.0, **settings}), clock=clock,
+        wall_clock=clock, metrics=metrics)
+    if policy is not None:
+        cache.put("partitionpolicy", "ADDED", policy)
     return cache, recorder, controller, clock
 
 
@@ -248,11 +252,7 @@ def test_nodes_with_a_plan_in_flight_are_not_planned_over() -> None:
 
 
 def test_a_static_policy_is_written_and_restored_after_an_edit() -> None:
-    cache = ClusterCache()
-    recorder = Recorder(cache)
-    clock = Clock()
-    controller = Controller(cache, recorder, clock=clock, wall_clock=clock)
-    cache.put("partitionpolicy", "ADDED", {
+    cache, recorder, controller, _ = setup({
         "metadata": {"name": "all-1g", "generation": 3},
         "spec": {"nodeSelector": {"matchLabels": {"gpu": "a100"}}, "mode": "static",
                  "static": [{"deviceFilter": ["0x20B210DE"], "migDevices": {"1g.10gb": 7}}]}})
@@ -273,9 +273,7 @@ def test_a_static_policy_is_written_and_restored_after_an_edit() -> None:
 
 
 def test_nodes_no_policy_selects_are_left_alone() -> None:
-    cache = ClusterCache()
-    recorder = Recorder(cache)
-    controller = Controller(cache, recorder, clock=Clock(), wall_clock=Clock())
+    cache, recorder, controller, _ = setup(policy=None)
     cache.put("node", "ADDED", node("node-a"))
     cache.put("nodepartition", "ADDED", partition("node-a", [], mig=False))
     cache.put("pod", "ADDED", pod("p1"))
@@ -321,23 +319,11 @@ class PlanCounter:
         self.waits.append(waited_s)
 
 
-def counted(**settings: Any) -> tuple[ClusterCache, Recorder, Controller, Clock, PlanCounter]:
-    """A controller over a dynamic policy whose plans, ticks and releases are counted."""
-    cache = ClusterCache()
-    recorder = Recorder(cache)
-    clock = Clock()
-    counter = PlanCounter()
-    controller = Controller(cache, recorder, ControllerSettings(
-        **{"batch_idle_s": 0.5, "batch_max_s": 3.0, **settings}), clock=clock,
-        wall_clock=clock, metrics=counter)
-    cache.put("partitionpolicy", "ADDED", DYNAMIC)
-    return cache, recorder, controller, clock, counter
-
-
 def test_the_oldest_waiting_pod_s_age_and_each_pod_s_wait_are_measured() -> None:
     """What the dashboard's "pending GPU pods and their age" and the wait alert read: the
     age of the oldest waiting pod on every tick, and creation-to-release per released pod."""
-    cache, recorder, controller, clock, counter = counted()
+    counter = PlanCounter()
+    cache, recorder, controller, clock = setup(metrics=counter)
     created = 1_796_205_600.0  # the pods' creationTimestamp, 2026-12-02T10:00:00Z
     clock.now = created + 100
     cache.put("node", "ADDED", node("node-a", {"nvidia.com/mig-1g.10gb": "1"}))
@@ -358,7 +344,8 @@ def test_the_oldest_waiting_pod_s_age_and_each_pod_s_wait_are_measured() -> None
 
 
 def test_pods_that_do_not_fit_are_planned_again_only_when_something_changed() -> None:
-    cache, recorder, controller, clock, counter = counted(resync_s=30.0)
+    counter = PlanCounter()
+    cache, recorder, controller, clock = setup(metrics=counter, resync_s=30.0)
     cache.put("node", "ADDED", node("node-a"))
     busy = {"profile": "7g.80gb", "start": 0, "gpuInstanceId": 0,
             "uuid": "MIG-00000000-0000-5000-0000-000000000000"}
@@ -396,13 +383,7 @@ def test_a_pod_placed_on_a_slice_the_cluster_did_not_bear_out_is_planned_again()
     """Planned on a view without the pod that held the slice (a restart's partial cache): the
     node reports no room, so after ``stale_s`` the pod goes back to planning and lands on
     the free slice elsewhere, instead of waiting for ``release_timeout_s``."""
-    cache = ClusterCache()
-    recorder = Recorder(cache)
-    clock = Clock()
-    controller = Controller(cache, recorder, ControllerSettings(
-        batch_idle_s=0.5, batch_max_s=3.0, stale_s=30.0, release_timeout_s=300.0),
-        clock=clock, wall_clock=clock)
-    cache.put("partitionpolicy", "ADDED", DYNAMIC)
+    cache, recorder, controller, clock = setup(stale_s=30.0, release_timeout_s=300.0)
     free = [{"profile": "1g.10gb", "start": 0, "gpuInstanceId": 9,
              "uuid": "MIG-00000009-0000-5000-0000-000000000000"}]
     cache.put("node", "ADDED", node("node-a"))  # its kubelet has not published yet
@@ -472,11 +453,7 @@ def test_share_pods_turn_an_idle_l4_into_mps_shares_with_the_policys_limits() ->
 
 
 def test_a_static_policy_may_run_mps_inside_its_slices() -> None:
-    cache = ClusterCache()
-    recorder = Recorder(cache)
-    clock = Clock()
-    controller = Controller(cache, recorder, clock=clock, wall_clock=clock)
-    cache.put("partitionpolicy", "ADDED", {
+    cache, recorder, controller, _ = setup({
         "metadata": {"name": "inner-mps", "generation": 1},
         "spec": {"nodeSelector": {"matchLabels": {"gpu": "a100"}}, "mode": "static",
                  "static": [{"migDevices": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2},
@@ -566,7 +543,8 @@ def test_a_slice_given_to_a_pod_that_waits_for_it_is_not_given_again() -> None:
 def test_a_batch_cut_short_is_planned_again_at_once() -> None:
     """A plan takes at most ``per_shape`` pods of a kind; the rest are planned on the next
     ticks, not after the backlog's longer batch window."""
-    cache, recorder, controller, clock, counter = counted(per_shape=1)
+    counter = PlanCounter()
+    cache, recorder, controller, clock = setup(metrics=counter, per_shape=1)
     cache.put("node", "ADDED", node("node-a", {"nvidia.com/mig-1g.10gb": "3"}))
     cache.put("nodepartition", "ADDED", partition("node-a", [
         {"profile": "1g.10gb", "start": s, "gpuInstanceId": 9 + s,
