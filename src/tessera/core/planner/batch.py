@@ -81,8 +81,7 @@ def bounded_batch(snapshot: Snapshot, pods: Sequence[PendingPod], *,
             except InvalidInputError:
                 continue
             held = _held(gpu, geometry)
-            used = sum(geometry.compute[i] for i in range(len(geometry.slices)) if held >> i & 1)
-            free = geometry.model.compute_slices - used
+            free = geometry.model.compute_slices - geometry.aggregate(held).compute
             if free > 0:
                 mig.append((gpu.model, held, free))
     free_compute = sum(free for _, _, free in mig)
