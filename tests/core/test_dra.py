@@ -97,3 +97,25 @@ def test_small_placements_are_listed_from_the_top_so_first_fit_keeps_large_ones(
         for counter, n in dra.consumption(a100, Slice("1g.10gb", start)).items():
             used[counter] = used.get(counter, 0) + n
     assert dra.fits(capacity, used, dra.consumption(a100, Slice("4g.40gb", 0)))
+
+
+def test_curation_keeps_idle_gpus_whole_while_a_split_one_has_room() -> None:
+    a100 = catalogue.model("A100-80GB")
+    split = dra.GpuUse(a100, frozenset({Slice("3g.40gb", 4)}))
+    idle = dra.GpuUse(a100, frozenset())
+    tainted = dra.curate([idle, split, idle])
+    assert (0, "1g.10gb") in tainted
+    assert (2, "3g.40gb") in tainted
+    assert (0, "7g.80gb") not in tainted, "nothing split can host a 7g: the idle GPUs offer it"
+    assert (0, "4g.40gb") in tainted, "a 4g still fits beside the 3g@4"
+    assert not any(position == 1 for position, _ in tainted), "split GPUs are never tainted"
+
+
+def test_curation_leaves_everything_offered_when_no_gpu_is_split_or_the_split_one_is_full() -> None:
+    a100 = catalogue.model("A100-80GB")
+    idle = dra.GpuUse(a100, frozenset())
+    assert dra.curate([idle, idle]) == frozenset()
+    full = dra.GpuUse(a100, frozenset({Slice("7g.80gb", 0)}))
+    assert dra.curate([idle, full]) == frozenset()
+    sick = dra.GpuUse(a100, frozenset({Slice("3g.40gb", 4)}), healthy=False)
+    assert dra.curate([idle, sick]) == frozenset(), "an unhealthy GPU's room is no room"

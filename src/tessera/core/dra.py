@@ -25,7 +25,7 @@ derived here once; the agent, the controller's curation and the simulator all us
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -40,6 +40,8 @@ __all__ = [
     "TAINT_CURATED",
     "TAINT_UNHEALTHY",
     "DeviceOffer",
+    "GpuUse",
+    "curate",
     "all_profile_names",
     "capacities",
     "consumption",
@@ -191,3 +193,46 @@ def devices(model: GpuModel, gpu_index: int) -> tuple[DeviceOffer, ...]:
 def all_profile_names() -> tuple[str, ...]:
     """Every profile name of every model: one DeviceClass each."""
     return tuple(sorted({p.name for m in catalogue.models() for p in m.profiles}))
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    """What curation needs to know of one GPU: its model and the slices on it now (allocated
+    through DRA, or held outside it). ``healthy=False`` GPUs are never counted as room."""
+
+    model: GpuModel
+    used: frozenset[Slice]
+    healthy: bool = True
+
+    @property
+    def idle(self) -> bool:
+        return not self.used
+
+    def can_host(self, profile: str) -> bool:
+        if not self.healthy or not any(p.name == profile for p in self.model.profiles):
+            return False
+        capacity = capacities(self.model, sorted(self.used))
+        return any(fits(capacity, {}, consumption(self.model, offer.slice))
+                   for offer in devices(self.model, 0) if offer.slice.profile == profile)
+
+
+def curate(gpus: Sequence[GpuUse]) -> frozenset[tuple[int, str]]:
+    """The (GPU position, profile) pairs to taint ``NoSchedule`` so the scheduler's first fit
+    packs: while some split GPU still has room for a profile, no idle GPU offers that profile.
+
+    kube-scheduler takes the first device that fits on the node it scores best, and its
+    default scores spread pods over the least-loaded nodes: left alone, it splits a fresh GPU
+    for every small pod while split ones have room, and the whole GPUs that large pods need are
+    gone. Tainting is advisory (the counters still rule what fits), so a stale curation can cost
+    packing, never correctness; a pod that only an idle GPU can serve (its node selector
+    excludes the split ones) is served once the caller stops curating that profile for it.
+    """
+    tainted: set[tuple[int, str]] = set()
+    names = {p.name for gpu in gpus for p in gpu.model.profiles}
+    for profile in sorted(names):
+        if not any(not gpu.idle and gpu.can_host(profile) for gpu in gpus):
+            continue
+        for position, gpu in enumerate(gpus):
+            if gpu.idle and any(p.name == profile for p in gpu.model.profiles):
+                tainted.add((position, profile))
+    return frozenset(tainted)
