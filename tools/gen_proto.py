@@ -40,6 +40,10 @@ PACKAGE = "tessera.kubelet._pb"
 PROTOS = (
     "deviceplugin/v1beta1/api.proto",
     "podresources/v1/api.proto",
+    # Byte-for-byte copies of k8s.io/kubelet v0.37.2 pkg/apis/{pluginregistration,dra}/v1
+    # (tests/kubelet/test_wire_contract.py compares them with the Go module cache).
+    "pluginregistration/v1/api.proto",
+    "dra/v1/api.proto",
 )
 
 GENERATED_MARK = (

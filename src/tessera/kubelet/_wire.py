@@ -18,14 +18,20 @@ import grpc
 
 from tessera.kubelet._pb.deviceplugin.v1beta1 import api_pb2 as dp
 from tessera.kubelet._pb.deviceplugin.v1beta1 import api_pb2_grpc as _dp_grpc_module
+from tessera.kubelet._pb.dra.v1 import api_pb2 as dra
+from tessera.kubelet._pb.dra.v1 import api_pb2_grpc as _dra_grpc_module
+from tessera.kubelet._pb.pluginregistration.v1 import api_pb2 as reg
+from tessera.kubelet._pb.pluginregistration.v1 import api_pb2_grpc as _reg_grpc_module
 from tessera.kubelet._pb.podresources.v1 import api_pb2 as pr
 from tessera.kubelet._pb.podresources.v1 import api_pb2_grpc as _pr_grpc_module
 from tessera.kubelet.constants import UNIX_SOCKET_PATH_MAX
 
 _dp_grpc: Any = _dp_grpc_module
 _pr_grpc: Any = _pr_grpc_module
+_dra_grpc: Any = _dra_grpc_module
+_reg_grpc: Any = _reg_grpc_module
 
-__all__ = ["dp", "pr"]
+__all__ = ["dp", "dra", "pr", "reg"]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -39,6 +45,8 @@ class Stream(Protocol[T_co]):
 
 
 class RegistrationStub(Protocol):
+    """``v1beta1.Registration``: the device plugin side, served by the kubelet on kubelet.sock."""
+
     def Register(self, request: dp.RegisterRequest, *, timeout: float | None = None) -> dp.Empty:
         ...
 
@@ -82,6 +90,29 @@ class PodResourcesStub(Protocol):
     ) -> pr.GetPodResourcesResponse: ...
 
 
+class PluginRegistrationStub(Protocol):
+    """``pluginregistration.Registration``: served by a plugin, called by the plugin watcher."""
+
+    def GetInfo(self, request: reg.InfoRequest, *, timeout: float | None = None,
+                ) -> reg.PluginInfo: ...
+
+    def NotifyRegistrationStatus(
+        self, request: reg.RegistrationStatus, *, timeout: float | None = None,
+    ) -> reg.RegistrationStatusResponse: ...
+
+
+class DraPluginStub(Protocol):
+    """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``: served by a DRA driver on its endpoint."""
+
+    def NodePrepareResources(
+        self, request: dra.NodePrepareResourcesRequest, *, timeout: float | None = None,
+    ) -> dra.NodePrepareResourcesResponse: ...
+
+    def NodeUnprepareResources(
+        self, request: dra.NodeUnprepareResourcesRequest, *, timeout: float | None = None,
+    ) -> dra.NodeUnprepareResourcesResponse: ...
+
+
 def registration_stub(channel: grpc.Channel) -> RegistrationStub:
     return cast(RegistrationStub, _dp_grpc.RegistrationStub(channel))
 
@@ -94,6 +125,14 @@ def pod_resources_stub(channel: grpc.Channel) -> PodResourcesStub:
     return cast(PodResourcesStub, _pr_grpc.PodResourcesListerStub(channel))
 
 
+def plugin_registration_stub(channel: grpc.Channel) -> PluginRegistrationStub:
+    return cast(PluginRegistrationStub, _reg_grpc.RegistrationStub(channel))
+
+
+def dra_plugin_stub(channel: grpc.Channel) -> DraPluginStub:
+    return cast(DraPluginStub, _dra_grpc.DRAPluginStub(channel))
+
+
 def add_registration_servicer(servicer: object, server: grpc.Server) -> None:
     _dp_grpc.add_RegistrationServicer_to_server(servicer, server)
 
@@ -104,6 +143,14 @@ def add_device_plugin_servicer(servicer: object, server: grpc.Server) -> None:
 
 def add_pod_resources_servicer(servicer: object, server: grpc.Server) -> None:
     _pr_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
+
+
+def add_plugin_registration_servicer(servicer: object, server: grpc.Server) -> None:
+    _reg_grpc.add_RegistrationServicer_to_server(servicer, server)
+
+
+def add_dra_plugin_servicer(servicer: object, server: grpc.Server) -> None:
+    _dra_grpc.add_DRAPluginServicer_to_server(servicer, server)
 
 
 def unix_target(path: str | os.PathLike[str]) -> str:
