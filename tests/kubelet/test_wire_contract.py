@@ -1,17 +1,29 @@
 """The generated bindings speak the kubelet's wire: packages, method paths, field numbers/types.
 
-The table below is the upstream contract (kubernetes/kubelet v1beta1 and podresources v1 at
-63b3249). If someone edits proto/ in a way that changes the wire, this fails even if the
-generated code was regenerated.
+The tables below are the upstream contract (kubernetes/kubelet v1beta1 and podresources v1 at
+63b3249; pluginregistration v1 and dra v1 at k8s.io/kubelet v0.37.2). If someone edits proto/
+in a way that changes the wire, this fails even if the generated code was regenerated. The
+pluginregistration and dra copies are also byte-for-byte upstream's, checked against the Go
+module cache when it is present.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
 
 from tessera.kubelet._pb.deviceplugin.v1beta1 import api_pb2 as dp
+from tessera.kubelet._pb.dra.v1 import api_pb2 as dra
+from tessera.kubelet._pb.pluginregistration.v1 import api_pb2 as reg
 from tessera.kubelet._pb.podresources.v1 import api_pb2 as pr
+
+PROTO_DIR = Path(__file__).resolve().parents[2] / "proto"
+UPSTREAM_KUBELET = (Path(os.environ.get("GOMODCACHE") or Path.home() / "go/pkg/mod")
+                    / "k8s.io/kubelet@v0.37.2/pkg/apis")
+VERBATIM = ("pluginregistration/v1/api.proto", "dra/v1/api.proto")
 
 T = FieldDescriptor
 DEVICE_PLUGIN_FIELDS = {
@@ -74,7 +86,32 @@ POD_RESOURCES_FIELDS = {
                                ("pod_namespace", 2, T.TYPE_STRING)],
     "GetPodResourcesResponse": [("pod_resources", 1, T.TYPE_MESSAGE)],
 }
-REPEATED = {("ListAndWatchResponse", "devices"), ("TopologyInfo", "nodes"),
+PLUGIN_REGISTRATION_FIELDS = {
+    "PluginInfo": [("type", 1, T.TYPE_STRING), ("name", 2, T.TYPE_STRING),
+                   ("endpoint", 3, T.TYPE_STRING), ("supported_versions", 4, T.TYPE_STRING)],
+    "RegistrationStatus": [("plugin_registered", 1, T.TYPE_BOOL), ("error", 2, T.TYPE_STRING)],
+    "RegistrationStatusResponse": [],
+    "InfoRequest": [],
+}
+DRA_FIELDS = {
+    "NodePrepareResourcesRequest": [("claims", 1, T.TYPE_MESSAGE)],
+    "NodePrepareResourcesResponse": [("claims", 1, T.TYPE_MESSAGE)],
+    "NodePrepareResourceResponse": [("devices", 1, T.TYPE_MESSAGE), ("error", 2, T.TYPE_STRING)],
+    "Device": [("request_names", 1, T.TYPE_STRING), ("pool_name", 2, T.TYPE_STRING),
+               ("device_name", 3, T.TYPE_STRING), ("cdi_device_ids", 4, T.TYPE_STRING),
+               ("share_id", 5, T.TYPE_STRING)],
+    "NodeUnprepareResourcesRequest": [("claims", 1, T.TYPE_MESSAGE)],
+    "NodeUnprepareResourcesResponse": [("claims", 1, T.TYPE_MESSAGE)],
+    "NodeUnprepareResourceResponse": [("error", 1, T.TYPE_STRING)],
+    "Claim": [("namespace", 1, T.TYPE_STRING), ("uid", 2, T.TYPE_STRING),
+              ("name", 3, T.TYPE_STRING)],
+}
+REPEATED = {("PluginInfo", "supported_versions"),
+            ("NodePrepareResourcesRequest", "claims"), ("NodePrepareResourcesResponse", "claims"),
+            ("NodePrepareResourceResponse", "devices"), ("Device", "request_names"),
+            ("Device", "cdi_device_ids"), ("NodeUnprepareResourcesRequest", "claims"),
+            ("NodeUnprepareResourcesResponse", "claims"),
+            ("ListAndWatchResponse", "devices"), ("TopologyInfo", "nodes"),
             ("PreStartContainerRequest", "devices_ids"),
             ("PreferredAllocationRequest", "container_requests"),
             ("ContainerPreferredAllocationRequest", "available_deviceIDs"),
@@ -100,6 +137,8 @@ REPEATED = {("ListAndWatchResponse", "devices"), ("TopologyInfo", "nodes"),
 def test_packages_are_upstreams() -> None:
     assert dp.DESCRIPTOR.package == "v1beta1"
     assert pr.DESCRIPTOR.package == "v1"
+    assert reg.DESCRIPTOR.package == "pluginregistration"
+    assert dra.DESCRIPTOR.package == "k8s.io.kubelet.pkg.apis.dra.v1"
 
 
 @pytest.mark.parametrize(("module", "service", "methods"), [
@@ -118,6 +157,16 @@ def test_packages_are_upstreams() -> None:
                                     "AllocatableResourcesResponse", False),
         "Get": ("GetPodResourcesRequest", "GetPodResourcesResponse", False),
     }),
+    (reg, "Registration", {
+        "GetInfo": ("InfoRequest", "PluginInfo", False),
+        "NotifyRegistrationStatus": ("RegistrationStatus", "RegistrationStatusResponse", False),
+    }),
+    (dra, "DRAPlugin", {
+        "NodePrepareResources": ("NodePrepareResourcesRequest", "NodePrepareResourcesResponse",
+                                 False),
+        "NodeUnprepareResources": ("NodeUnprepareResourcesRequest",
+                                   "NodeUnprepareResourcesResponse", False),
+    }),
 ])
 def test_services_have_upstream_methods(module: object, service: str,
                                         methods: dict[str, tuple[str, str, bool]]) -> None:
@@ -129,7 +178,9 @@ def test_services_have_upstream_methods(module: object, service: str,
 
 
 @pytest.mark.parametrize(("module", "table"), [(dp, DEVICE_PLUGIN_FIELDS),
-                                                (pr, POD_RESOURCES_FIELDS)])
+                                                (pr, POD_RESOURCES_FIELDS),
+                                                (reg, PLUGIN_REGISTRATION_FIELDS),
+                                                (dra, DRA_FIELDS)])
 def test_messages_have_upstream_fields(module: object,
                                        table: dict[str, list[tuple[str, int, int]]]) -> None:
     messages = module.DESCRIPTOR.message_types_by_name  # type: ignore[attr-defined]
@@ -144,6 +195,28 @@ def test_messages_have_upstream_fields(module: object,
 def test_share_id_is_proto3_optional() -> None:
     field = pr.ClaimResource.DESCRIPTOR.fields_by_name["share_id"]
     assert field.has_presence
+    assert dra.Device.DESCRIPTOR.fields_by_name["share_id"].has_presence
+
+
+def test_prepare_results_are_maps_keyed_by_claim_uid() -> None:
+    for response, value in ((dra.NodePrepareResourcesResponse, "NodePrepareResourceResponse"),
+                            (dra.NodeUnprepareResourcesResponse,
+                             "NodeUnprepareResourceResponse")):
+        entry = response.DESCRIPTOR.fields_by_name["claims"].message_type
+        assert entry is not None
+        assert entry.GetOptions().map_entry
+        assert entry.fields_by_name["key"].type == T.TYPE_STRING
+        value_type = entry.fields_by_name["value"].message_type
+        assert value_type is not None
+        assert value_type.name == value
+
+
+@pytest.mark.parametrize("proto", VERBATIM)
+def test_dra_protos_are_verbatim_upstream_copies(proto: str) -> None:
+    upstream = UPSTREAM_KUBELET / proto
+    if not upstream.is_file():
+        pytest.skip(f"Go module cache has no {upstream}")
+    assert (PROTO_DIR / proto).read_bytes() == upstream.read_bytes()
 
 
 def test_method_paths_are_what_the_kubelet_dials() -> None:
@@ -153,3 +226,9 @@ def test_method_paths_are_what_the_kubelet_dials() -> None:
             "/v1beta1.DevicePlugin/Allocate", "/v1beta1.DevicePlugin/GetPreferredAllocation",
             "/v1.PodResourcesLister/List",
             "/v1.PodResourcesLister/GetAllocatableResources"} <= paths
+    dra_paths = {f"/{s.full_name}/{m.name}" for f in (reg.DESCRIPTOR, dra.DESCRIPTOR)
+                 for s in f.services_by_name.values() for m in s.methods}
+    assert dra_paths == {"/pluginregistration.Registration/GetInfo",
+                         "/pluginregistration.Registration/NotifyRegistrationStatus",
+                         "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources",
+                         "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources"}

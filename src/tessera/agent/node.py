@@ -38,6 +38,8 @@ class RuntimeSettings:
     xid_filter: XidFilter = dataclasses.field(default_factory=XidFilter)
     xid_recovery_s: float = 0.0
     xid_poll_s: float = 0.5
+    device_plugins: bool = True
+    """False on a DRA node: the kubelet gets the GPUs through DRA, never both APIs at once."""
 
 
 class NodeRuntime:
@@ -75,7 +77,8 @@ class NodeRuntime:
             return
         self._started = True
         self.refresh()
-        self.plugins.start()
+        if self.settings.device_plugins:
+            self.plugins.start()
         self._xid.start()
 
     def stop(self) -> None:

@@ -11,13 +11,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
+from typing import Protocol
 
 from kubernetes.client.exceptions import ApiException
 
 from tessera.agent.metrics import AgentMetrics
 from tessera.agent.node import NodeRuntime
 from tessera.agent.reconcile import CreateSlice, DestroySlice, SetMigMode, StartMps, StopMps
-from tessera.agent.reconciler import Reconciler, ReconcileResult
+from tessera.agent.reconciler import ReconcileResult
 from tessera.api.v1alpha1 import API_VERSION, NodePartition, comparable
 from tessera.kube.events import EventRecorder
 from tessera.kube.partitions import NodePartitions
@@ -27,10 +29,26 @@ __all__ = ["AgentRunner"]
 log = logging.getLogger(__name__)
 
 
+class Service(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    @property
+    def serving(self) -> bool: ...
+
+
+class PartitionReconciler(Protocol):
+    """The per-pass work: the device-plugin node's :class:`Reconciler`, or the DRA driver's."""
+
+    def reconcile(self, partition: NodePartition) -> ReconcileResult: ...
+
+
 class AgentRunner:
-    def __init__(self, node_name: str, runtime: NodeRuntime, reconciler: Reconciler,
+    def __init__(self, node_name: str, runtime: NodeRuntime, reconciler: PartitionReconciler,
                  partitions: NodePartitions, *, events: EventRecorder | None = None,
-                 metrics: AgentMetrics | None = None, resync_s: float = 30.0) -> None:
+                 metrics: AgentMetrics | None = None, resync_s: float = 30.0,
+                 services: Sequence[Service] = ()) -> None:
         self.node_name = node_name
         self.runtime = runtime
         self.reconciler = reconciler
@@ -38,6 +56,8 @@ class AgentRunner:
         self.events = events
         self.metrics = metrics or AgentMetrics()
         self.resync_s = resync_s
+        self.services = tuple(services)
+        """Servers beside the device plugins, started after the runtime (the DRA plugin)."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.reconciles = 0
@@ -55,7 +75,9 @@ class AgentRunner:
         """The reconcile loop is running and went round lately (a pass waits at most
         ``resync_s``; three missed ones mean it is stuck), and the plugin servers are up."""
         recent = time.monotonic() - self._last_pass < max(3 * self.resync_s, 60.0)
-        return self._running and recent and self.runtime.plugins.running()
+        serving = (self.runtime.plugins.running() if self.runtime.settings.device_plugins
+                   else True) and all(s.serving for s in self.services)
+        return self._running and recent and serving
 
     def ready(self) -> bool:
         """Reconciled once: the cards are partitioned and reported as the spec says."""
@@ -64,6 +86,8 @@ class AgentRunner:
     def run(self) -> None:
         self.runtime.health_changed = self.wake
         self.runtime.start()
+        for service in self.services:
+            service.start()
         watcher = threading.Thread(target=self._watch, name="partition-watch", daemon=True)
         watcher.start()
         self._running = True
@@ -81,6 +105,8 @@ class AgentRunner:
                 self._wake.clear()
         finally:
             self._running = False
+            for service in self.services:
+                service.stop()
             self.runtime.stop()
 
     def _watch(self) -> None:

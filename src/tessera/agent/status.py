@@ -14,6 +14,7 @@ Conditions (each True/False with a reason and a message):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -32,7 +33,7 @@ from tessera.api.v1alpha1 import (
     TimesliceStatus,
 )
 
-__all__ = ["build_status", "observed_gpu"]
+__all__ = ["build_status", "dra_status", "observed_gpu"]
 
 NVML_RESET_REQUIRED = 16
 
@@ -147,3 +148,38 @@ def build_status(
 def outcomes_unsettled(outcomes: Sequence[Outcome]) -> bool:
     """Outcomes of the last round that leave work: anything but done means not settled."""
     return any(not o.ok for o in outcomes)
+
+
+def dra_status(*, generation: int | None, observation: NodeObservation,
+               claims: Mapping[tuple[str, str, int], str], published: bool, problem: str,
+               previous: NodePartitionStatus | None, now: str) -> NodePartitionStatus:
+    """The status of a DRA node: the cards as they are, each slice with the claim it was made
+    for (``claims``: (GPU uuid, profile, start) -> ``namespace/name`` of the claim), and
+    whether the pool is published. There is no layout to apply, so ``Applied`` says whether the
+    node's ResourceSlices are current."""
+    gpus = []
+    for gpu in observation.gpus:
+        instances = tuple(
+            dataclasses.replace(i, pods=(claims[key],)) if (
+                key := (gpu.info.uuid, i.profile, i.start)) in claims else i
+            for i in gpu.instances)
+        gpus.append(observed_gpu(dataclasses.replace(gpu, instances=instances), None))
+    unhealthy = [
+        f"GPU {g.index} " + ("has fallen off the bus" if g.info.lost else
+                             f"is unhealthy (last Xid {g.last_xid}); its devices are tainted")
+        for g in observation.gpus if not g.healthy]
+    before = {c.type: c for c in (previous.conditions if previous else [])}
+
+    def make(kind: ConditionType, true: bool, reason: str, message: str) -> Condition:
+        return _condition(kind, true, reason, message, now=now, generation=generation,
+                          previous=before)
+
+    return NodePartitionStatus(
+        api="dra", observed_generation=generation, gpus=gpus,
+        conditions=[
+            make("Applied", published, "Published" if published else "PublishFailed",
+                 "the node's ResourceSlices offer every placement of its MIG GPUs" if published
+                 else problem),
+            make("Degraded", bool(unhealthy), "UnhealthyGpu" if unhealthy else "Healthy",
+                 "; ".join(unhealthy) or "every GPU is healthy"),
+        ])

@@ -170,8 +170,28 @@ class GpuSpec(_Model):
         default=None, description="Time-slicing replicas (mode timeslice).")
 
 
+class DraCuration(_Model):
+    """Profiles one GPU of a DRA node should not offer now (tainted ``NoSchedule``)."""
+
+    gpu: str = Field(pattern=r"^GPU-[0-9a-f-]{36}$", description="GPU UUID.")
+    profiles: list[str] = Field(default_factory=list, max_length=32,
+                                description="MIG profiles whose placements are tainted.")
+
+
+class DraSpec(_Model):
+    """What the controller asks of a node that serves its GPUs through DRA: no layouts (the
+    scheduler chooses placements), only which placements to steer it away from."""
+
+    curated: list[DraCuration] = Field(
+        default_factory=list, max_length=64,
+        description="Per GPU, profiles tainted gpu.tessera.dev/curated so the scheduler's "
+        "first fit packs (see the README's DRA section).")
+
+
 class NodePartitionSpec(_Model):
     gpus: list[GpuSpec] = Field(default_factory=list, max_length=64)
+    dra: DraSpec | None = Field(default=None, description="Only for nodes whose agent runs "
+                                "with --api dra.")
     plan_id: str | None = Field(
         default=None, max_length=63,
         description="Set by the controller with each plan; the agent reports it once applied.")
@@ -236,6 +256,9 @@ class Condition(_Tolerant):
 
 
 class NodePartitionStatus(_Tolerant):
+    api: Literal["devicePlugin", "dra"] | None = Field(
+        default=None, description="How the node hands out its GPUs: kubelet device plugins "
+        "(slices made ahead by the spec) or DRA (slices made when a claim is prepared).")
     observed_generation: int | None = None
     applied_plan_id: str | None = None
     gpus: list[ObservedGpu] = Field(default_factory=list)

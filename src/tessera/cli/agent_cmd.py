@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import threading
@@ -11,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from tessera.agent.dra import DraDriver, DraReconciler
 from tessera.agent.metrics import AgentMetrics
 from tessera.agent.mps import MpsManager
 from tessera.agent.node import NodeRuntime, RuntimeSettings
@@ -18,16 +20,19 @@ from tessera.agent.reconciler import Reconciler
 from tessera.agent.runner import AgentRunner
 from tessera.api.v1alpha1 import NodePartition
 from tessera.cli import logs
+from tessera.core import dra
 from tessera.core.errors import InvalidInputError
 from tessera.kube.config import api_client
 from tessera.kube.events import EventRecorder
 from tessera.kube.health import HealthServer
 from tessera.kube.partitions import NodePartitions
+from tessera.kube.resourceslices import ResourceClaims, ResourceSlices
 from tessera.kubelet.allocation import AllocateOptions, DeviceListStrategy
 from tessera.kubelet.constants import DEVICE_PLUGIN_DIR, POD_RESOURCES_SOCKET
+from tessera.kubelet.dra import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR, DraPluginServer
 from tessera.kubelet.health import XidFilter
 from tessera.kubelet.plugins import PluginSettings
-from tessera.nvml.backend import open_backend
+from tessera.nvml.backend import GpuBackend, open_backend
 
 
 def _node_flags(parser: argparse.ArgumentParser) -> None:
@@ -101,6 +106,19 @@ def register(commands: Any) -> None:
                        help="Prometheus /metrics port (0: off)")
     agent.add_argument("--resync-seconds", type=float, default=10.0,
                        help="reconcile at least this often, to notice freed slices")
+    agent.add_argument("--api", choices=("device-plugin", "dra"), default="device-plugin",
+                       help="how the kubelet gets the GPUs: device plugins serving the slices "
+                       "the NodePartition spec makes, or DRA (the node publishes every MIG "
+                       "placement as ResourceSlices and makes a slice when a claim is "
+                       "prepared); a node uses one or the other, never both")
+    agent.add_argument("--plugins-registry", default=KUBELET_REGISTRY_DIR,
+                       help="the kubelet's plugin registry (--api dra)")
+    agent.add_argument("--dra-plugin-dir", default=None,
+                       help="directory for the DRA socket and checkpoint (--api dra; default "
+                       f"{KUBELET_PLUGINS_DIR}/{dra.DRIVER})")
+    agent.add_argument("--cdi-dir", default="/var/run/cdi",
+                       help="where CDI specs of prepared devices are written (--api dra; "
+                       "empty: none)")
     agent.set_defaults(run=run_agent)
 
     plugin = commands.add_parser(
@@ -165,12 +183,15 @@ def _run_connected(args: argparse.Namespace) -> int:
                                 "or set NODE_NAME (the chart sets it from spec.nodeName)")
     api = api_client(args.kubeconfig)
     backend = open_backend(args.nvml)
-    runtime = NodeRuntime(backend, _settings(args))
     metrics = AgentMetrics()
-    runner = AgentRunner(args.node_name, runtime, Reconciler(runtime, _mps(args)),
-                         NodePartitions(api),
-                         events=EventRecorder(api, "agent"),
-                         metrics=metrics, resync_s=args.resync_seconds)
+    if args.api == "dra":
+        runner = _dra_runner(args, api, backend, metrics)
+    else:
+        runtime = NodeRuntime(backend, _settings(args))
+        runner = AgentRunner(args.node_name, runtime, Reconciler(runtime, _mps(args)),
+                             NodePartitions(api),
+                             events=EventRecorder(api, "agent"),
+                             metrics=metrics, resync_s=args.resync_seconds)
     if args.metrics_port:
         HealthServer(args.metrics_port, metrics.registry, live=runner.live, ready=runner.ready)
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
@@ -180,6 +201,24 @@ def _run_connected(args: argparse.Namespace) -> int:
     finally:
         backend.close()
     return 0
+
+
+def _dra_runner(args: argparse.Namespace, api: Any, backend: GpuBackend,
+                metrics: AgentMetrics) -> AgentRunner:
+    """The DRA node's agent: the same runner loop, the DRA driver instead of the reconciler,
+    and the kubelet plugin instead of the device plugins."""
+    settings = dataclasses.replace(_settings(args), device_plugins=False)
+    runtime = NodeRuntime(backend, settings)
+    plugin_dir = Path(args.dra_plugin_dir or f"{KUBELET_PLUGINS_DIR}/{dra.DRIVER}")
+    driver = DraDriver(args.node_name, runtime, ResourceClaims(api), ResourceSlices(api),
+                       plugin_dir, cdi_dir=Path(args.cdi_dir) if args.cdi_dir else None)
+    server = DraPluginServer(dra.DRIVER, driver, plugins_registry_dir=args.plugins_registry,
+                             plugin_dir=plugin_dir)
+    runner = AgentRunner(args.node_name, runtime, DraReconciler(driver), NodePartitions(api),
+                         events=EventRecorder(api, "agent"), metrics=metrics,
+                         resync_s=args.resync_seconds, services=(server,))
+    driver.changed = runner.wake
+    return runner
 
 
 def run_device_plugin(args: argparse.Namespace) -> int:

@@ -25,7 +25,11 @@ a plugin that works against it works against the kubelet. What it copies from th
 - **PodResources**: ``List``, ``Get`` and ``GetAllocatableResources`` from its own state.
 
 Not modelled: the TopologyManager (no NUMA alignment), node-status sync delay, the checkpoint
-file itself, and the pluginwatcher registration path.
+file itself, and the pluginwatcher registration path for device plugins.
+
+:class:`DraKubelet` stands in for the other kubelet path, DRA drivers: the plugin watcher's
+handshake on ``plugins_registry`` sockets and the DRA manager's Prepare/Unprepare calls, over
+the real ``pluginregistration`` and ``dra/v1`` protobuf (see its docstring).
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from typing import Any
 import grpc
 
 from tessera.kubelet import _wire
-from tessera.kubelet._wire import dp, pr
+from tessera.kubelet._wire import dp, dra, pr, reg
 from tessera.kubelet.constants import (
     CHECKPOINT_NAME,
     HEALTHY,
@@ -57,6 +61,16 @@ from tessera.kubelet.constants import (
     KUBELET_SOCKET_NAME,
     PRE_START_CONTAINER_TIMEOUT_S,
     SUPPORTED_VERSIONS,
+)
+from tessera.kubelet.dra import (
+    DRA_PLUGIN_SERVICE,
+    DRA_PLUGIN_TYPE,
+    KUBELET_DRA_CALL_TIMEOUT_S,
+    KUBELET_DRA_SERVICES,
+    KUBELET_GET_INFO_TIMEOUT_S,
+    KUBELET_NOTIFY_TIMEOUT_S,
+    KUBELET_REGISTRATION_DIAL_TIMEOUT_S,
+    ClaimRef,
 )
 from tessera.kubelet.resourcenames import is_extended_resource_name
 
@@ -705,6 +719,301 @@ class _PodResourcesServicer:
                                 context: grpc.ServicerContext,
                                 ) -> pr.AllocatableResourcesResponse:
         return pr.AllocatableResourcesResponse(devices=self._kubelet._allocatable_devices())
+
+
+# --- DRA: the plugin watcher and the DRA plugin manager --------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class DraRegistration:
+    """One registration attempt on a socket in plugins_registry, as the stand-in made it."""
+
+    socket_path: str
+    plugin_type: str | None
+    """``PluginInfo.type``; None when GetInfo was never answered."""
+    name: str
+    endpoint: str
+    """As the kubelet uses it: the plugin's endpoint, or the socket path when that is empty."""
+    supported_versions: tuple[str, ...]
+    service: str | None
+    """The DRA service chosen (first of the plugin's list the kubelet speaks)."""
+    endpoint_present: bool
+    """Whether the DRA endpoint socket existed at registration (serve before registering)."""
+    accepted: bool
+    error: str | None
+    notified: bool
+    """NotifyRegistrationStatus reached the plugin."""
+
+
+@dataclasses.dataclass
+class _DraPlugin:
+    driver: str
+    endpoint: str
+    service: str
+    socket_path: str
+    socket_id: tuple[int, int, int] | None
+    channel: grpc.Channel
+    stub: _wire.DraPluginStub
+
+
+class DraKubelet:
+    """The kubelet's plugin watcher and DRA plugin manager, driven step by step by a test.
+
+    What it copies (``pluginmanager/operationexecutor``, ``cm/dra/plugin``, ``cm/dra``):
+
+    - **Watch**: every socket under the registry directory whose name does not start with
+      ``.`` is a plugin; :meth:`sync` is one reconciler pass: sockets gone or replaced (new
+      inode) are deregistered, sockets not registered yet (or refused before) are registered.
+    - **Register**: dial (10 s, blocking); ``GetInfo`` (1 s); only type ``DRAPlugin`` has a
+      handler; an empty endpoint means the socket itself; ``supported_versions`` must list a
+      service of ``services``, the first in the plugin's order is chosen; an endpoint already
+      registered for the driver is refused; then ``NotifyRegistrationStatus`` (5 s) with the
+      kubelet's error strings. The endpoint is *not* dialed: the connection is lazy.
+    - **Prepare/Unprepare**: one call per driver for the given claims, 45 s deadline, to the
+      driver's latest registration; :func:`dra_response_error` is what the kubelet concludes.
+
+    Not modelled: the exponential backoff between retries, ResourceSlice wiping, health
+    streams, and the v1beta1 DRA service (accepted at registration like the kubelet does, but
+    calls go out as v1 only).
+    """
+
+    def __init__(self, registry_dir: str | os.PathLike[str], *,
+                 services: Sequence[str] = KUBELET_DRA_SERVICES,
+                 dial_timeout: float = KUBELET_REGISTRATION_DIAL_TIMEOUT_S,
+                 get_info_timeout: float = KUBELET_GET_INFO_TIMEOUT_S,
+                 notify_timeout: float = KUBELET_NOTIFY_TIMEOUT_S,
+                 call_timeout: float = KUBELET_DRA_CALL_TIMEOUT_S) -> None:
+        self.registry_dir = Path(registry_dir)
+        self.services = tuple(services)
+        self.dial_timeout = dial_timeout
+        self.get_info_timeout = get_info_timeout
+        self.notify_timeout = notify_timeout
+        self.call_timeout = call_timeout
+        self._lock = threading.Lock()
+        self._plugins: list[_DraPlugin] = []
+        self._registrations: list[DraRegistration] = []
+
+    def __enter__(self) -> DraKubelet:
+        self.registry_dir.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drop every driver connection (a stopped kubelet)."""
+        with self._lock:
+            plugins, self._plugins = self._plugins, []
+        for plugin in plugins:
+            plugin.channel.close()
+
+    # --- observation ---------------------------------------------------------------------
+
+    @property
+    def registrations(self) -> list[DraRegistration]:
+        with self._lock:
+            return list(self._registrations)
+
+    def drivers(self) -> dict[str, str]:
+        """``{driver name: endpoint}`` of the registered drivers (latest registration wins)."""
+        with self._lock:
+            return {p.driver: p.endpoint for p in self._plugins}
+
+    def sockets(self) -> list[str]:
+        """The sockets the plugin watcher would hand to the reconciler."""
+        found = []
+        for folder, _, files in os.walk(self.registry_dir):
+            for name in files:
+                path = os.path.join(folder, name)
+                if not name.startswith(".") and _is_socket(path):
+                    found.append(path)
+        return sorted(found)
+
+    # --- the reconciler ------------------------------------------------------------------
+
+    def sync(self) -> list[DraRegistration]:
+        """One reconciler pass; returns the registration attempts it made."""
+        present = {path: _socket_identity(path) for path in self.sockets()}
+        with self._lock:
+            gone: list[_DraPlugin] = []
+            kept: list[_DraPlugin] = []
+            for plugin in self._plugins:
+                still_there = present.get(plugin.socket_path) == plugin.socket_id
+                (kept if still_there else gone).append(plugin)
+            self._plugins = kept
+            known = {(p.socket_path, p.socket_id) for p in kept}
+        for plugin in gone:
+            plugin.channel.close()
+        return [self.register(path) for path, identity in present.items()
+                if (path, identity) not in known]
+
+    def wait_for_driver(self, driver: str, timeout: float = 10.0) -> str:
+        """Sync until ``driver`` is registered (as the watcher would notice it); its endpoint."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.sync()
+            endpoint = self.drivers().get(driver)
+            if endpoint is not None:
+                return endpoint
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"DRA kubelet stand-in: {driver} not registered in "
+                                   f"{timeout} s")
+            time.sleep(0.05)
+
+    def register(self, socket_path: str | os.PathLike[str]) -> DraRegistration:
+        """Register the plugin behind one socket, as ``GenerateRegisterPluginFunc`` does."""
+        path = os.fspath(socket_path)
+        identity = _socket_identity(path)
+        channel = _wire.unix_channel(path)
+        try:
+            return self._register(path, identity, channel)
+        finally:
+            channel.close()
+
+    def _register(self, path: str, identity: tuple[int, int, int] | None,
+                  channel: grpc.Channel) -> DraRegistration:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=self.dial_timeout)
+        except grpc.FutureTimeoutError:
+            return self._record(DraRegistration(
+                path, None, "", "", (), None, endpoint_present=False, accepted=False,
+                error=f"RegisterPlugin error -- dial failed at socket {path}, err: failed to "
+                      f"dial socket {path}, err: context deadline exceeded", notified=False))
+        stub = _wire.plugin_registration_stub(channel)
+        try:
+            info = stub.GetInfo(reg.InfoRequest(), timeout=self.get_info_timeout)
+        except grpc.RpcError as error:
+            return self._record(DraRegistration(
+                path, None, "", "", (), None, endpoint_present=False, accepted=False,
+                error="RegisterPlugin error -- failed to get plugin info using RPC GetInfo at "
+                      f"socket {path}, err: {_go_rpc_error(error)}", notified=False))
+        endpoint = info.endpoint or path
+        present = _is_socket(endpoint)
+        service, problem = self._validate(path, info, endpoint)
+        notified = True
+        try:
+            stub.NotifyRegistrationStatus(
+                reg.RegistrationStatus(plugin_registered=problem is None, error=problem or ""),
+                timeout=self.notify_timeout)
+        except grpc.RpcError as error:
+            notified = False
+            what = "failed to send error" if problem else "failed to send registration status"
+            problem = (f"RegisterPlugin error -- {what} at socket {path}, err: "
+                       f"{problem + ': ' if problem else ''}{_go_rpc_error(error)}")
+        if problem is None:
+            assert service is not None
+            connection = _wire.unix_channel(endpoint)  # lazy, like grpc.NewClient
+            with self._lock:
+                self._plugins.append(_DraPlugin(info.name, endpoint, service, path, identity,
+                                                connection, _wire.dra_plugin_stub(connection)))
+        return self._record(DraRegistration(
+            path, info.type, info.name, endpoint, tuple(info.supported_versions), service,
+            endpoint_present=present, accepted=problem is None, error=problem,
+            notified=notified))
+
+    def _record(self, attempt: DraRegistration) -> DraRegistration:
+        with self._lock:
+            self._registrations.append(attempt)
+        return attempt
+
+    def _validate(self, path: str, info: reg.PluginInfo,
+                  endpoint: str) -> tuple[str | None, str | None]:
+        """The handler lookup, ``ValidatePlugin`` and ``RegisterPlugin`` checks: (the chosen
+        service, None) or (None, the error the kubelet notifies)."""
+        if info.type != DRA_PLUGIN_TYPE:
+            return None, (f"RegisterPlugin error -- no handler registered for plugin type: "
+                          f"{info.type} at socket {path}")
+        service, invalid = self._choose_service(list(info.supported_versions))
+        if invalid is not None:
+            return None, ("RegisterPlugin error -- plugin validation failed with err: invalid "
+                          f"supported gRPC versions of DRA driver plugin {info.name} at "
+                          f"endpoint {endpoint}: {invalid}")
+        with self._lock:
+            taken = any(p.driver == info.name and p.endpoint == endpoint for p in self._plugins)
+        if taken:
+            return None, ("RegisterPlugin error -- plugin registration failed with err: "
+                          f"endpoint {endpoint} already registered for DRA driver plugin "
+                          f"{info.name}")
+        return service, None
+
+    def _choose_service(self, offered: list[str]) -> tuple[str | None, str | None]:
+        """``validateSupportedServices``: (chosen service, None) or (None, the error)."""
+        if not offered:
+            return None, "empty list of supported gRPC services (aka supported versions)"
+        for candidate in offered:
+            if candidate in self.services:
+                return candidate, None
+        return None, (f"none of services supported by the plugin ({_go_quote(offered)}) are "
+                      f"supported by the kubelet ({_go_quote(self.services)})")
+
+    # --- claims --------------------------------------------------------------------------
+
+    def prepare(self, driver: str, claims: Sequence[ClaimRef]) -> dra.NodePrepareResourcesResponse:
+        """One NodePrepareResources for ``claims``; the response as the driver sent it."""
+        plugin = self._plugin(driver)
+        request = dra.NodePrepareResourcesRequest(claims=[_claim(c) for c in claims])
+        try:
+            return plugin.stub.NodePrepareResources(request, timeout=self.call_timeout)
+        except grpc.RpcError as error:
+            raise AdmissionError(f"NodePrepareResources: {_go_rpc_error(error)}") from error
+
+    def unprepare(self, driver: str,
+                  claims: Sequence[ClaimRef]) -> dra.NodeUnprepareResourcesResponse:
+        """One NodeUnprepareResources for ``claims``; the response as the driver sent it."""
+        plugin = self._plugin(driver)
+        request = dra.NodeUnprepareResourcesRequest(claims=[_claim(c) for c in claims])
+        try:
+            return plugin.stub.NodeUnprepareResources(request, timeout=self.call_timeout)
+        except grpc.RpcError as error:
+            raise AdmissionError(f"NodeUnprepareResources: {_go_rpc_error(error)}") from error
+
+    def _plugin(self, driver: str) -> _DraPlugin:
+        with self._lock:
+            plugins = [p for p in self._plugins if p.driver == driver]
+        if not plugins:
+            raise AdmissionError(f"DRA driver {driver} is not registered")
+        plugin = plugins[-1]
+        if plugin.service != DRA_PLUGIN_SERVICE:
+            raise NotImplementedError(f"the stand-in calls only {DRA_PLUGIN_SERVICE}, "
+                                      f"{driver} chose {plugin.service}")
+        return plugin
+
+
+def dra_response_error(
+    method: str, claims: Sequence[ClaimRef],
+    response: dra.NodePrepareResourcesResponse | dra.NodeUnprepareResourcesResponse,
+) -> str | None:
+    """What the kubelet's DRA manager makes of a response: None if it accepts it, else its
+    error (``method`` is ``NodePrepareResources`` or ``NodeUnprepareResources``)."""
+    names = {c.uid: c.name for c in claims}
+    for uid, result in response.claims.items():
+        if uid not in names:
+            return f"{method} returned result for unknown claim UID {uid}"
+        if result.error:
+            return f"{method} failed for ResourceClaim {names[uid]}: {result.error}"
+    unfinished = len(claims) - len(response.claims)
+    if unfinished:
+        return f"{method} skipped {unfinished} ResourceClaims"
+    return None
+
+
+def _claim(claim: ClaimRef) -> dra.Claim:
+    return dra.Claim(namespace=claim.namespace, uid=claim.uid, name=claim.name)
+
+
+def _go_quote(items: Sequence[str]) -> str:
+    """A string slice as Go's ``%q`` prints it: ``["a" "b"]``."""
+    return "[" + " ".join(json.dumps(item) for item in items) + "]"
+
+
+def _socket_identity(path: str) -> tuple[int, int, int] | None:
+    """A re-created socket has a new inode or ctime: the watcher's Create event."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
 def _go_rpc_error(error: grpc.RpcError) -> str:

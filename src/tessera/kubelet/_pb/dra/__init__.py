@@ -1,0 +1,1 @@
+"""Generated gRPC bindings (dra); regenerate with tools/gen_proto.py."""

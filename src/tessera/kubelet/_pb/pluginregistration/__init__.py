@@ -1,0 +1,1 @@
+"""Generated gRPC bindings (pluginregistration); regenerate with tools/gen_proto.py."""
