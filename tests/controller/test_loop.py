@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from tessera.api.v1alpha1 import (
@@ -20,6 +21,7 @@ class Recorder:
         self.cache = cache
         self.specs: list[tuple[str, NodePartitionSpec]] = []
         self.released: list[tuple[str, str, str, bool]] = []
+        self.released_to_dra: list[tuple[str, dict[str, str]]] = []
         self.pod_events: list[tuple[str, str, str, bool]] = []
         self.node_events: list[tuple[str, str, str, bool]] = []
         self.policy_statuses: list[tuple[str, PartitionPolicyStatus]] = []
@@ -34,6 +36,10 @@ class Recorder:
 
     def release_pod(self, pod: str, node: str, hostname: str, gated: bool) -> None:
         self.released.append((pod, node, hostname, gated))
+
+    def release_to_dra(self, pod: str, selector: Mapping[str, str]) -> bool:
+        self.released_to_dra.append((pod, dict(selector)))
+        return True
 
     def pod_event(self, pod: str, reason: str, message: str, warning: bool) -> None:
         self.pod_events.append((pod, reason, message, warning))

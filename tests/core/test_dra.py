@@ -119,3 +119,14 @@ def test_curation_leaves_everything_offered_when_no_gpu_is_split_or_the_split_on
     assert dra.curate([idle, full]) == frozenset()
     sick = dra.GpuUse(a100, frozenset({Slice("3g.40gb", 4)}), healthy=False)
     assert dra.curate([idle, sick]) == frozenset(), "an unhealthy GPU's room is no room"
+
+
+def test_curation_keeps_idle_nodes_whole_while_a_busy_node_has_an_idle_gpu() -> None:
+    a100 = catalogue.model("A100-80GB")
+    full = dra.GpuUse(a100, frozenset({Slice("7g.80gb", 0)}), node_busy=True)
+    spare = dra.GpuUse(a100, frozenset(), node_busy=True)
+    fresh = dra.GpuUse(a100, frozenset(), node_busy=False)
+    tainted = dra.curate([full, spare, fresh, fresh])
+    assert {(2, "7g.80gb"), (3, "7g.80gb"), (2, "1g.10gb")} <= tainted
+    assert not any(position == 1 for position, _ in tainted), "the busy node's idle GPU offers"
+    assert dra.curate([full, fresh, fresh]) == frozenset(), "no busy node has room: offer all"

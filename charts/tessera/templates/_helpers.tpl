@@ -9,3 +9,12 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end -}}
+
+{{- /* The DRA node selector as KEY=VALUE,... for the controller's --dra-node-selector. */ -}}
+{{- define "tessera.draSelector" -}}
+{{- $pairs := list -}}
+{{- range $k, $v := .Values.dra.nodeSelector -}}
+{{- $pairs = append $pairs (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}

@@ -9,6 +9,7 @@ from typing import Any
 from tessera.cli import logs
 from tessera.controller import operator
 from tessera.controller.loop import ControllerSettings
+from tessera.core.errors import InvalidInputError
 from tessera.kube.config import api_client
 
 
@@ -37,10 +38,25 @@ def register(commands: Any) -> None:
                         help="plan pods that did not fit again after this long even if "
                         "nothing changed (otherwise only on a change)")
     parser.add_argument("--solver", choices=["fast", "exact"], default="fast")
+    parser.add_argument("--dra-node-selector", default="", metavar="KEY=VALUE[,...]",
+                        help="labels of the DRA nodes (the chart's dra.nodeSelector): a pod "
+                        "handed to DRA gets them as node selector (empty: every GPU node of "
+                        "the pod's profile that reports api dra may take it)")
     parser.add_argument("--identity", default=os.environ.get("POD_NAME"),
                         help="this replica's name in the leader Lease")
     parser.add_argument("--log-level", default="INFO")
     parser.set_defaults(run=run)
+
+
+def _selector(text: str) -> tuple[tuple[str, str], ...]:
+    pairs: list[tuple[str, str]] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidInputError("--dra-node-selector", f"{item!r} is not KEY=VALUE, e.g. "
+                                    "tessera.dev/api=dra")
+        pairs.append((key, value))
+    return tuple(pairs)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
                                   batch_max_s=args.batch_max_seconds,
                                   backlog_batch_s=args.backlog_batch_seconds,
                                   plan_timeout_s=args.plan_timeout_seconds,
-                                  resync_s=args.resync_seconds, solver=args.solver)
+                                  resync_s=args.resync_seconds, solver=args.solver,
+                                  dra_node_selector=_selector(args.dra_node_selector))
     operator.run(api_client(args.kubeconfig), namespace=args.namespace, settings=settings,
                  metrics_port=args.metrics_port, identity=args.identity,
                  kubeconfig=args.kubeconfig)

@@ -30,6 +30,7 @@ from tessera.core import catalogue
 from tessera.core.catalogue import GpuModel, WholeGpu
 from tessera.core.errors import InvalidInputError
 from tessera.sim.cluster import SHORTHAND, ClusterSpec, load_cluster, shorthand
+from tessera.sim.dra import CURATED, UNCURATED, DraPolicy
 from tessera.sim.dynamic import DEFAULT_BATCH_IDLE_S, DEFAULT_BATCH_MAX_S, DynamicPolicy
 from tessera.sim.engine import RunResult, simulate
 from tessera.sim.history import (
@@ -104,7 +105,9 @@ def register(commands: Any) -> None:
     parser.add_argument("--policies", default=None,
                         help="comma-separated: dynamic, greedy, static:<layout> (all-1g, "
                         "all-2g, all-3g, all-4g, all-7g, all-balanced: those the card has), "
-                        "static:best (best mix in hindsight), fluid:gpu, fluid:cluster "
+                        "static:best (best mix in hindsight), dra, dra:curated (kube-scheduler "
+                        "allocating MIG placements through DRA, without or with the "
+                        "controller's curation), fluid:gpu, fluid:cluster "
                         f"(default {DEFAULT_POLICIES}, with all-7g read as the card's "
                         "whole-card layout, e.g. all-4g on an RTX PRO 6000)")
     parser.add_argument("--arrivals", choices=("poisson", "replay"), default=None,
@@ -248,6 +251,9 @@ def _policy(name: str, cluster: ClusterSpec, args: argparse.Namespace) -> SimPol
         return GreedyPolicy(cluster, batch_window=args.batch_window,
                             reconfig_latency=args.reconfig_latency,
                             capacity_lag=args.capacity_lag)
+    if name in (UNCURATED, CURATED):
+        return DraPolicy(cluster, curated=name == CURATED,
+                         reconfig_latency=args.reconfig_latency)
     if name == "fluid:gpu":
         return FluidGpuPolicy(cluster)
     if name == "fluid:cluster":
@@ -258,7 +264,7 @@ def _policy(name: str, cluster: ClusterSpec, args: argparse.Namespace) -> SimPol
         return StaticPolicy.uniform(cluster, name.split(":", 1)[1])
     raise InvalidInputError("--policies", f"unknown policy {name!r}",
                             ("dynamic", "greedy", "static:<layout>", "static:best",
-                             "fluid:gpu", "fluid:cluster"))
+                             UNCURATED, CURATED, "fluid:gpu", "fluid:cluster"))
 
 
 def _default_policies(cluster: ClusterSpec) -> str:

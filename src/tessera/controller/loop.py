@@ -31,13 +31,14 @@ from typing import Any, Protocol
 
 from tessera.api.v1alpha1 import (
     Condition,
+    DraSpec,
     NodePartition,
     NodePartitionSpec,
     PartitionPolicy,
     PartitionPolicyStatus,
     comparable,
 )
-from tessera.controller import demand
+from tessera.controller import demand, dra
 from tessera.controller.decide import decide, plan_id
 from tessera.controller.policies import policy_for, policy_gpu_specs
 from tessera.controller.snapshot import build_snapshot, node_labels
@@ -58,6 +59,11 @@ class Writer(Protocol):
         ...
 
     def release_pod(self, pod: str, node: str, hostname: str, gated: bool) -> None: ...
+
+    def release_to_dra(self, pod: str, selector: Mapping[str, str]) -> bool:
+        """Ungate a pod for DRA nodes, adding ``selector`` to its node selector; False if it
+        is gone or no longer gated."""
+        ...
 
     def pod_event(self, pod: str, reason: str, message: str, warning: bool) -> None: ...
 
@@ -193,6 +199,9 @@ class ControllerSettings:
     reservations: int = planner.DEFAULT_RESERVATIONS
     """Waiting pods that may hold GPUs back from later ones in one plan (the objective's
     bounded backfill)."""
+    dra_node_selector: tuple[tuple[str, str], ...] = ()
+    """Labels of the DRA nodes (the chart's ``dra.nodeSelector``): added to a pod handed to
+    DRA, so it lands only where the scheduler allocates slices itself."""
 
 
 @dataclass
@@ -232,6 +241,12 @@ class _State:
     more: bool = False
     """The last plan left pods of some shape for the next one (its batch was bounded) while
     capacity may remain: the next tick plans again even if nothing else changed."""
+    dra_released: set[str] = field(default_factory=set)
+    """Pods handed to DRA whose ungating the cache has not shown yet."""
+    dra_told: set[str] = field(default_factory=set)
+    """Pods told once that no DRA node offers their profile."""
+    dra_inputs: object = None
+    """What the last curation was computed from (the DRA partitions by identity, exemptions)."""
 
 
 def _demand_mix(pods: Iterable[planner.PendingPod]) -> dict[str, float]:
@@ -355,6 +370,13 @@ class Controller:
     def tick(self) -> None:
         now = self._clock()
         pods, nodes, partitions, policies = self.cache.view()
+        on_dra = dra.dra_partitions(partitions)
+        if on_dra:
+            # DRA nodes have no layouts to plan: the scheduler allocates there (tessera.
+            # controller.dra); the rest of the tick sees only device-plugin nodes and pods.
+            nodes = {k: v for k, v in nodes.items() if k not in on_dra}
+            partitions = {k: v for k, v in partitions.items() if k not in on_dra}
+            pods = self._serve_dra(pods, on_dra)
         inflight = self._inflight(partitions, now)
         self._enforce_policies(nodes, partitions, list(policies.values()), inflight, now)
         inflight |= set(self.state.written)
@@ -371,6 +393,61 @@ class Controller:
         # it would be refused by the kubelet (found by the simulator driving this loop).
         self._release(pods, bound, nodes, partitions,
                       inflight=inflight | set(self.state.written), now=now)
+
+    def _serve_dra(self, pods: Mapping[str, RawObject],
+                   on_dra: Mapping[str, NodePartition]) -> dict[str, RawObject]:
+        """Hand gated pods DRA can serve to the scheduler; curate; return the other pods."""
+        state = self.state
+        selector = dict(self.settings.dra_node_selector)
+        profiles = dra.offered_profiles(on_dra.values())
+        kept: dict[str, RawObject] = {}
+        exempt: set[str] = set()
+        for key, pod in pods.items():
+            facts = self.cache.facts(key, pod)
+            node = pod.get("spec", {}).get("nodeName")
+            if (facts.terminal or not facts.requests
+                    or not dra.servable(facts.requests, profiles) or (node and node not in on_dra)):
+                if not node and not facts.terminal and key not in state.dra_told:
+                    missing = dra.unservable_profiles(facts.requests, profiles)
+                    if missing:
+                        state.dra_told.add(key)
+                        self.writer.pod_event(
+                            key, "NoDraMatch", f"no DRA node offers {', '.join(missing)}: "
+                            f"their GPUs ({', '.join(dra.models_of(on_dra.values()))}) have no "
+                            "such MIG profile; only device-plugin nodes can take this pod", True)
+                kept[key] = pod
+                continue
+            if demand.is_gated(pod):
+                if key not in state.dra_released and self.writer.release_to_dra(key, selector):
+                    state.dra_released.add(key)
+                    created = facts.created
+                    self.metrics.record_release(
+                        None if created is None else max(0.0, self._wall() - created))
+                continue
+            if node or dra.is_dra_pod(pod, selector):
+                if facts.waiting:  # the scheduler found no device: curation must not hide one
+                    exempt.update(catalogue.profile_name_from_resource(r)
+                                  for r in facts.requests)
+                continue
+            kept[key] = pod
+        state.dra_released &= {k for k, p in pods.items() if demand.is_gated(p)}
+        state.dra_told &= set(pods)
+        self._curate(on_dra, frozenset(exempt))
+        return kept
+
+    def _curate(self, on_dra: Mapping[str, NodePartition], exempt: frozenset[str]) -> None:
+        """Write each DRA node's ``spec.dra`` where curation changed it."""
+        inputs = (tuple((name, id(p)) for name, p in sorted(on_dra.items())), exempt)
+        if inputs == self.state.dra_inputs:
+            return
+        self.state.dra_inputs = inputs
+        for node, wanted in dra.curation(on_dra, exempt).items():
+            partition = on_dra[node]
+            if (partition.spec.dra or DraSpec()) == wanted:
+                continue
+            spec = partition.spec.model_copy(update={"dra": wanted})
+            if not self.writer.write_spec(node, spec, partition):
+                self.state.dra_inputs = None  # lost a race: curate again next tick
 
     def _oldest_wait(self, waiting: Mapping[str, RawObject]) -> float:
         """How long the oldest waiting GPU pod has existed: the age an alert fires on."""

@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import kopf
@@ -135,11 +135,24 @@ class ApiWriter:
 
     def release_pod(self, pod: str, node: str, hostname: str, gated: bool) -> None:
         namespace, name = pod.split("/", 1)
-        if self._pods.release(namespace, name, GATE, ("kubernetes.io/hostname", hostname),
+        if self._pods.release(namespace, name, GATE, {"kubernetes.io/hostname": hostname},
                               gated):
             self._events.record(kind="Pod", name=name, namespace=namespace, api_version="v1",
                                 reason="Released", message=f"pinned to {node}; its GPU "
                                 "capacity is there", dedupe_s=0)
+
+    def release_to_dra(self, pod: str, selector: Mapping[str, str]) -> bool:
+        namespace, name = pod.split("/", 1)
+        released = self._pods.release(namespace, name, GATE, selector, True)
+        if released:
+            where = (" on nodes " + ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+                     if selector else "")
+            self._events.record(
+                kind="Pod", name=name, namespace=namespace, api_version="v1",
+                reason="ReleasedToDra", message=f"handed to the scheduler through DRA{where}: "
+                "it allocates a MIG placement, and the node makes the slice as the pod starts",
+                dedupe_s=0)
+        return released
 
     def pod_event(self, pod: str, reason: str, message: str, warning: bool) -> None:
         namespace, name = pod.split("/", 1)

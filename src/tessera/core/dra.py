@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from tessera.core import catalogue
 from tessera.core.catalogue import Engines, GpuModel, MigProfile
@@ -198,41 +198,58 @@ def all_profile_names() -> tuple[str, ...]:
 @dataclass(frozen=True)
 class GpuUse:
     """What curation needs to know of one GPU: its model and the slices on it now (allocated
-    through DRA, or held outside it). ``healthy=False`` GPUs are never counted as room."""
+    through DRA, or held outside it). ``healthy=False`` GPUs are never counted as room.
+    ``node_busy``: some GPU of its node has slices (a GPU on an idle node is kept for pods
+    that need a whole node)."""
 
     model: GpuModel
     used: frozenset[Slice]
     healthy: bool = True
+    node_busy: bool = False
 
     @property
     def idle(self) -> bool:
         return not self.used
 
     def can_host(self, profile: str) -> bool:
-        if not self.healthy or not any(p.name == profile for p in self.model.profiles):
-            return False
-        capacity = capacities(self.model, sorted(self.used))
-        return any(fits(capacity, {}, consumption(self.model, offer.slice))
-                   for offer in devices(self.model, 0) if offer.slice.profile == profile)
+        return self.healthy and _can_host(self.model, self.used, profile)
+
+
+@lru_cache(maxsize=1 << 16)
+def _can_host(model: GpuModel, used: frozenset[Slice], profile: str) -> bool:
+    """Memoised: a fleet has few distinct (model, layout) pairs, and curation asks each GPU
+    about every profile on every change."""
+    if not any(p.name == profile for p in model.profiles):
+        return False
+    capacity = capacities(model, sorted(used))
+    return any(fits(capacity, {}, consumption(model, offer.slice))
+               for offer in devices(model, 0) if offer.slice.profile == profile)
 
 
 def curate(gpus: Sequence[GpuUse]) -> frozenset[tuple[int, str]]:
     """The (GPU position, profile) pairs to taint ``NoSchedule`` so the scheduler's first fit
-    packs: while some split GPU still has room for a profile, no idle GPU offers that profile.
+    packs:
+
+    1. while some split GPU still has room for a profile, no idle GPU offers that profile;
+    2. otherwise, while an idle GPU on a busy node can host it, no GPU of an idle node offers
+       it (whole nodes stay whole for pods that need all of a node's GPUs).
 
     kube-scheduler takes the first device that fits on the node it scores best, and its
     default scores spread pods over the least-loaded nodes: left alone, it splits a fresh GPU
-    for every small pod while split ones have room, and the whole GPUs that large pods need are
-    gone. Tainting is advisory (the counters still rule what fits), so a stale curation can cost
-    packing, never correctness; a pod that only an idle GPU can serve (its node selector
-    excludes the split ones) is served once the caller stops curating that profile for it.
+    (on a fresh node) for every small pod while split ones have room, and the whole GPUs and
+    nodes that large pods need are gone. Tainting is advisory (the counters still rule what
+    fits), so a stale curation can cost packing, never correctness; a pod that only a tainted
+    device can serve (its node selector excludes the others, or it needs a whole node) is
+    served once the caller stops curating that profile for it.
     """
     tainted: set[tuple[int, str]] = set()
     names = {p.name for gpu in gpus for p in gpu.model.profiles}
     for profile in sorted(names):
-        if not any(not gpu.idle and gpu.can_host(profile) for gpu in gpus):
-            continue
-        for position, gpu in enumerate(gpus):
-            if gpu.idle and any(p.name == profile for p in gpu.model.profiles):
-                tainted.add((position, profile))
+        offering = [i for i, gpu in enumerate(gpus)
+                    if any(p.name == profile for p in gpu.model.profiles)]
+        if any(not gpus[i].idle and gpus[i].can_host(profile) for i in offering):
+            tainted.update((i, profile) for i in offering if gpus[i].idle)
+        elif any(gpus[i].idle and gpus[i].node_busy and gpus[i].can_host(profile)
+                 for i in offering):
+            tainted.update((i, profile) for i in offering if not gpus[i].node_busy)
     return frozenset(tainted)

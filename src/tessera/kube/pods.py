@@ -7,6 +7,7 @@ of the gate's position: the pod is either released onto the planned node or left
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client
@@ -19,9 +20,11 @@ class Pods:
     def __init__(self, api: client.ApiClient) -> None:
         self._core = client.CoreV1Api(api)
 
-    def release(self, namespace: str, name: str, gate: str, node_label: tuple[str, str],
+    def release(self, namespace: str, name: str, gate: str, labels: Mapping[str, str],
                 gated: bool) -> bool:
-        """Pin and ungate; False if the pod is gone or no longer carries the gate."""
+        """Add ``labels`` to the node selector (a node's hostname pins it there; the DRA node
+        selector hands it to DRA nodes) and ungate; False if the pod is gone or no longer
+        carries the gate."""
         try:
             pod = self._core.read_namespaced_pod(name, namespace)
         except ApiException as exc:
@@ -31,16 +34,18 @@ class Pods:
         spec = pod.spec or client.V1PodSpec(containers=[])
         gates = [g.name for g in (spec.scheduling_gates or [])]
         ops: list[dict[str, Any]] = []
-        key, value = node_label
         if gated:
             if gate not in gates:
                 return False
             if spec.node_selector is None:
-                ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {key: value}})
+                if labels:
+                    ops.append({"op": "add", "path": "/spec/nodeSelector",
+                                "value": dict(labels)})
             else:
-                escaped = key.replace("~", "~0").replace("/", "~1")
-                ops.append({"op": "add", "path": f"/spec/nodeSelector/{escaped}",
-                            "value": value})
+                for key, value in labels.items():
+                    escaped = key.replace("~", "~0").replace("/", "~1")
+                    ops.append({"op": "add", "path": f"/spec/nodeSelector/{escaped}",
+                                "value": value})
             position = gates.index(gate)
             ops.append({"op": "test", "path": f"/spec/schedulingGates/{position}/name",
                         "value": gate})

@@ -11,6 +11,8 @@ the controller: it imports only :mod:`tessera.core` and third-party code.
 - :mod:`~tessera.sim.cluster`: the cluster, from ``16x8xA100-SXM4-80GB`` or a plan file;
 - :mod:`~tessera.sim.policies`: dynamic (the planner), static layouts, nos-style greedy, and
   two fluid bounds, behind one interface;
+- :mod:`~tessera.sim.dra`: kube-scheduler allocating MIG placements through DRA counters,
+  with or without the controller's curation (``dra``, ``dra:curated``);
 - :mod:`~tessera.sim.engine`: the one event loop every policy runs through, and its measures;
 - :mod:`~tessera.sim.static_mix`: the best static mix of standard layouts in hindsight;
 - :mod:`~tessera.sim.report`: the text table and the HTML report.

@@ -26,7 +26,7 @@ a pod only when the node's allocatable has room for it.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tessera.api.v1alpha1 import NodePartition, NodePartitionSpec, PartitionPolicyStatus
@@ -215,6 +215,11 @@ class DynamicPolicy(_MigPolicy):
         self.cache.put("pod", "MODIFIED", _pod(job, node))
         self._put_partition(n)
         self._starts.append((job, self.now))
+
+    def release_to_dra(self, pod: str, selector: Mapping[str, str]) -> bool:
+        """Never called: this policy simulates device-plugin nodes only, whose partitions never
+        report ``api: dra`` (DRA nodes are the ``dra`` policies of :mod:`tessera.sim.dra`)."""
+        raise AssertionError(f"pod {pod} handed to DRA on a cluster without DRA nodes")
 
     def pod_event(self, pod: str, reason: str, message: str, warning: bool) -> None:
         self.events += 1

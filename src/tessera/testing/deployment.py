@@ -89,10 +89,12 @@ class TesseraDeployment:
             raise RuntimeError(f"helm {' '.join(args)}: {result.stdout}{result.stderr}")
         return result.stdout
 
-    def install(self) -> TesseraDeployment:
+    def install(self, *settings: str) -> TesseraDeployment:
+        """``settings``: more ``--set`` values, e.g. ``dra.enabled=true``."""
+        extra = [arg for value in settings for arg in ("--set", value)]
         self.helm("install", "tessera", str(CHART), "--namespace", self.namespace,
                   "--create-namespace", "--set", "agent.enabled=false",
-                  "--set", "controller.enabled=false", "--wait", "--timeout", "120s")
+                  "--set", "controller.enabled=false", *extra, "--wait", "--timeout", "120s")
         self.cluster.wait_for_service_account(self.namespace, "tessera-agent")
         self.cluster.wait_for_service_account(self.namespace, "tessera-controller")
         self.scratch.mkdir(exist_ok=True)
@@ -120,9 +122,12 @@ class TesseraDeployment:
             shutil.rmtree(root, ignore_errors=True)
 
     def add_gpu_node(self, name: str, labels: Mapping[str, str], models: Sequence[str],
-                     *, mig: bool = False, resync_s: float = 1.0, mps: bool = False) -> Node:
+                     *, mig: bool = False, resync_s: float = 1.0, mps: bool = False,
+                     api: str = "device-plugin") -> Node:
         """A real kubelet with ``tessera agent`` beside it on a simulated node of ``models``;
-        ``mps`` gives the agent MPS, with the stand-in ``nvidia-cuda-mps-control``."""
+        ``mps`` gives the agent MPS, with the stand-in ``nvidia-cuda-mps-control``; ``api``
+        ``dra`` runs the agent as the node's DRA driver (registered in the kubelet's plugin
+        registry under its root dir) instead of its device plugins."""
 
         def start_agent(node: Node) -> None:
             kubeconfig = self.agent_kubeconfig_for(node.name)
@@ -139,6 +144,12 @@ class TesseraDeployment:
                 extra = ["--mps-root", str(root), "--mps-control", str(binary)]
                 env = dict(os.environ)
                 env[mps_control.REGISTRY_ENV] = str(root / "daemons")
+            if api == "dra":
+                extra += ["--api", "dra",
+                          "--plugins-registry", str(node.kubelet_root_dir / "plugins_registry"),
+                          "--dra-plugin-dir",
+                          str(node.kubelet_root_dir / "plugins" / "gpu.tessera.dev"),
+                          "--cdi-dir", str(node.root / "cdi")]
             node.spawn("agent", [
                 sys.executable, "-m", "tessera.cli.main", "agent", "--node-name", node.name,
                 "--kubeconfig", str(kubeconfig), "--nvml", f"sim:{state}",

@@ -1,0 +1,134 @@
+"""The controller's part on DRA nodes: hand pods to the scheduler at once, and curate offers.
+
+A DRA node (its agent runs ``--api dra`` and reports ``status.api: dra``) makes a slice when
+the kubelet prepares the claim the scheduler allocated, so there is nothing to plan ahead and
+no capacity lag to wait out: a gated pod that DRA can serve is released at once, with the DRA
+node selector added so it cannot take a slice made on a device-plugin node for another pod.
+Such pods are the scheduler's from then on; the planner leaves them alone.
+
+What remains is steering: kube-scheduler takes the first device that fits on the node it
+scores best, and its default scores spread pods over the least-loaded nodes, so left alone it
+splits a fresh GPU for every small pod. The controller taints (``spec.dra.curated``, applied
+by each agent) the placements of idle GPUs while a split GPU anywhere still has room for that
+profile (:func:`tessera.core.dra.curate`). A DRA pod the scheduler found no device for
+(Unschedulable) exempts its profiles, so a pod that only an idle GPU can serve (a node
+selector excluding the split ones) is never kept out by curation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from functools import cache
+
+from tessera.api.v1alpha1 import DraCuration, DraSpec, NodePartition
+from tessera.core import catalogue, dra
+from tessera.core.catalogue import GpuModel
+from tessera.core.layout import Slice
+
+__all__ = [
+    "curation",
+    "dra_partitions",
+    "is_dra_pod",
+    "models_of",
+    "offered_profiles",
+    "servable",
+    "unservable_profiles",
+]
+
+RawObject = Mapping[str, object]
+
+
+def dra_partitions(partitions: Mapping[str, NodePartition]) -> dict[str, NodePartition]:
+    """The NodePartitions of nodes whose agent serves DRA."""
+    return {name: p for name, p in partitions.items()
+            if p.status is not None and p.status.api == "dra"}
+
+
+@cache
+def _model(name: str) -> GpuModel | None:
+    return catalogue.find_model(name)
+
+
+def offered_profiles(partitions: Iterable[NodePartition]) -> frozenset[str]:
+    """MIG profile names some healthy DRA GPU's model offers."""
+    names: set[str] = set()
+    for partition in partitions:
+        for gpu in partition.status.gpus if partition.status else []:
+            model = _model(gpu.model) if gpu.model and gpu.mode == "mig" else None
+            if model is not None and gpu.healthy:
+                names.update(p.name for p in model.profiles)
+    return frozenset(names)
+
+
+def servable(requests: Mapping[str, int], profiles: frozenset[str]) -> bool:
+    """Every GPU resource the pod asks is a MIG slice some DRA GPU offers (DeviceClasses map
+    only MIG profiles; whole GPUs and shares stay with the device plugins)."""
+    if not requests:
+        return False
+    for resource in requests:
+        if (not resource.startswith(catalogue.MIG_RESOURCE_PREFIX)
+                or resource.endswith(catalogue.SHARED_SUFFIX)):
+            return False
+        if catalogue.profile_name_from_resource(resource) not in profiles:
+            return False
+    return True
+
+
+def unservable_profiles(requests: Mapping[str, int], profiles: frozenset[str]) -> list[str]:
+    """The MIG resources the pod asks that no DRA GPU offers (empty for non-MIG requests:
+    those never were DRA's to serve)."""
+    return sorted(r for r in requests
+                  if r.startswith(catalogue.MIG_RESOURCE_PREFIX)
+                  and not r.endswith(catalogue.SHARED_SUFFIX)
+                  and catalogue.profile_name_from_resource(r) not in profiles)
+
+
+def models_of(partitions: Iterable[NodePartition]) -> list[str]:
+    """The GPU models of the DRA nodes, for messages."""
+    return sorted({gpu.model for p in partitions for gpu in (p.status.gpus if p.status else [])
+                   if gpu.model})
+
+
+def is_dra_pod(raw: Mapping[str, object], selector: Mapping[str, str]) -> bool:
+    """The pod was handed to DRA: it carries the DRA node selector (with no selector set, a
+    DRA-only cluster, every ungated servable pod is DRA's: the caller checks that)."""
+    spec = raw.get("spec")
+    node_selector = spec.get("nodeSelector") if isinstance(spec, Mapping) else None
+    if not selector:
+        return True
+    return isinstance(node_selector, Mapping) and all(
+        node_selector.get(k) == v for k, v in selector.items())
+
+
+@cache
+def _use(model: GpuModel, used: frozenset[Slice], healthy: bool, node_busy: bool
+         ) -> dra.GpuUse:
+    return dra.GpuUse(model, used, healthy, node_busy)
+
+
+def curation(partitions: Mapping[str, NodePartition], exempt: frozenset[str]
+             ) -> dict[str, DraSpec]:
+    """The ``spec.dra`` each DRA node should carry: curation over all DRA GPUs at once."""
+    gpus: list[dra.GpuUse] = []
+    where: list[tuple[str, str]] = []
+    for name in sorted(partitions):
+        status = partitions[name].status
+        found = []
+        for gpu in status.gpus if status else []:
+            model = _model(gpu.model) if gpu.model and gpu.mode == "mig" else None
+            if model is not None:
+                found.append((gpu.uuid, model, gpu.healthy,
+                              frozenset(Slice(s.profile, s.start) for s in gpu.slices)))
+        busy = any(used for _u, _m, _h, used in found)
+        for uuid, model, healthy, used in found:
+            gpus.append(_use(model, used, healthy, busy))
+            where.append((name, uuid))
+    tainted: dict[str, dict[str, list[str]]] = {name: {} for name in partitions}
+    for position, profile in sorted(dra.curate(gpus)):
+        if profile in exempt:
+            continue
+        node, uuid = where[position]
+        tainted[node].setdefault(uuid, []).append(profile)
+    return {node: DraSpec(curated=[DraCuration(gpu=uuid, profiles=profiles)
+                                   for uuid, profiles in sorted(per_gpu.items())])
+            for node, per_gpu in tainted.items()}

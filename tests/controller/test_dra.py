@@ -1,0 +1,105 @@
+"""The controller and DRA nodes: pods are handed to the scheduler at once, offers are curated.
+
+A DRA node's agent reports ``status.api: dra``; the scheduler allocates MIG placements there
+itself, so the controller neither plans layouts for it nor waits for capacity to show.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tessera.controller import dra
+
+from .test_loop import node, partition, pod, setup
+
+SELECTOR = (("tessera.dev/api", "dra"),)
+
+
+def dra_partition(name: str, gpus: list[list[tuple[str, int]]]) -> dict[str, Any]:
+    raw = partition(name, [])
+    raw["status"]["api"] = "dra"
+    template = raw["status"]["gpus"][0]
+    raw["status"]["gpus"] = [
+        {**template, "index": i, "uuid": f"GPU-00000000-0000-0000-0000-00000000000{i}",
+         "slices": [{"profile": p, "start": s, "gpuInstanceId": 9, "allocated": True}
+                    for p, s in slices]}
+        for i, slices in enumerate(gpus)]
+    return raw
+
+
+def test_a_gated_pod_dra_can_serve_is_released_at_once_to_dra_nodes() -> None:
+    cache, recorder, controller, _clock = setup(dra_node_selector=SELECTOR)
+    cache.put("node", "ADDED", node("dra-a"))
+    cache.put("nodepartition", "ADDED", dra_partition("dra-a", [[], []]))
+    cache.put("pod", "ADDED", pod("p1"))
+    controller.tick()
+    assert recorder.released_to_dra == [("ml/p1", {"tessera.dev/api": "dra"})]
+    assert recorder.released == []
+    assert not [s for _, s in recorder.specs if s.gpus], "no layout is planned for DRA nodes"
+    controller.tick()
+    assert len(recorder.released_to_dra) == 1, "released once, even before the cache shows it"
+
+
+def test_pods_dra_cannot_serve_go_through_the_planner() -> None:
+    cache, recorder, controller, clock = setup(dra_node_selector=SELECTOR)
+    cache.put("node", "ADDED", node("dra-a"))
+    cache.put("nodepartition", "ADDED", dra_partition("dra-a", [[]]))
+    cache.put("node", "ADDED", node("node-b"))
+    cache.put("nodepartition", "ADDED", partition("node-b", []))
+    cache.put("pod", "ADDED", pod("whole", "nvidia.com/gpu"))
+    cache.put("pod", "ADDED", pod("h100-only", "nvidia.com/mig-1g.12gb"))
+    controller.tick()
+    clock.now += 1
+    controller.tick()
+    assert recorder.released_to_dra == []
+    assert {p for p, *_ in recorder.pod_events} >= {"ml/whole", "ml/h100-only"}
+    (told,) = [m for p, r, m, _w in recorder.pod_events if r == "NoDraMatch"]
+    assert told.startswith("no DRA node offers nvidia.com/mig-1g.12gb: their GPUs (A100-80GB)")
+
+
+def test_curation_keeps_idle_gpus_whole_while_a_split_one_has_room() -> None:
+    cache, recorder, controller, _clock = setup(dra_node_selector=SELECTOR)
+    for name, gpus in (("dra-a", [[("3g.40gb", 4)], []]), ("dra-b", [[]])):
+        cache.put("node", "ADDED", node(name))
+        cache.put("nodepartition", "ADDED", dra_partition(name, gpus))
+    controller.tick()
+    written = {n: s.dra for n, s in recorder.specs}
+    assert written["dra-a"] is not None
+    assert written["dra-b"] is not None
+    tainted_a = {c.gpu: set(c.profiles) for c in written["dra-a"].curated}
+    (idle_b,) = written["dra-b"].curated
+    assert "GPU-00000000-0000-0000-0000-000000000000" not in tainted_a, "the split GPU offers"
+    assert {"1g.10gb", "3g.40gb", "4g.40gb"} <= set(idle_b.profiles)
+    assert "7g.80gb" not in tainted_a["GPU-00000000-0000-0000-0000-000000000001"], \
+        "no split GPU can host a 7g: the busy node's idle GPU offers it"
+    assert "7g.80gb" in idle_b.profiles, "and the idle node stays whole meanwhile"
+    recorder.specs.clear()
+    controller.tick()
+    assert recorder.specs == [], "nothing changed: nothing written again"
+
+
+def test_a_dra_pod_the_scheduler_could_not_place_lifts_curation_of_its_profile() -> None:
+    cache, recorder, controller, _clock = setup(dra_node_selector=SELECTOR)
+    cache.put("node", "ADDED", node("dra-a"))
+    cache.put("nodepartition", "ADDED", dra_partition("dra-a", [[("3g.40gb", 4)], []]))
+    stuck = pod("stuck", gated=False)
+    stuck["spec"]["nodeSelector"] = {"tessera.dev/api": "dra", "zone": "b"}
+    stuck["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                      "reason": "Unschedulable"}]
+    cache.put("pod", "ADDED", stuck)
+    controller.tick()
+    (spec,) = [s for n, s in recorder.specs if n == "dra-a"]
+    assert spec.dra is not None
+    (idle,) = spec.dra.curated
+    assert "1g.10gb" not in idle.profiles
+    assert "3g.40gb" in idle.profiles
+    assert recorder.pod_events == [], "a DRA pod is the scheduler's: no planner verdict on it"
+
+
+def test_servable_means_every_request_is_a_mig_profile_a_dra_gpu_offers() -> None:
+    offered = frozenset({"1g.10gb", "7g.80gb"})
+    assert dra.servable({"nvidia.com/mig-1g.10gb": 2}, offered)
+    assert not dra.servable({"nvidia.com/mig-1g.10gb": 1, "nvidia.com/gpu": 1}, offered)
+    assert not dra.servable({"nvidia.com/mig-1g.10gb.shared": 1}, offered)
+    assert not dra.servable({"nvidia.com/mig-2g.20gb": 1}, offered)
+    assert not dra.servable({}, offered)

@@ -1,0 +1,228 @@
+"""DRA end to end: unchanged pods asking ``nvidia.com/mig-1g.10gb`` on a node whose agent is
+its DRA driver, with the real scheduler choosing MIG placements and the real kubelet preparing
+claims through the agent's kubelet plugin.
+
+The chart is installed with ``dra.enabled=true`` (DeviceClasses with ``extendedResourceName``,
+the agent's ResourceSlice rights and their node confinement); the controller runs with the DRA
+node selector; one A100-80GB node is labelled for DRA.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, cast
+
+import pytest
+from kubernetes import client
+from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+
+from tessera.core import catalogue, dra
+from tessera.nvml.sim.store import load_state_file
+from tessera.testing.cluster import Cluster
+from tessera.testing.deployment import TesseraDeployment
+
+from ._util import eventually
+
+NAMESPACE = "tessera"
+DRA_LABELS = {"tessera.dev/api": "dra"}
+NODE = "dra-a100"
+OTHER = "dra-b100"
+MIG_1G = "nvidia.com/mig-1g.10gb"
+
+
+@pytest.fixture(scope="module")
+def system(cluster: Cluster) -> Iterator[TesseraDeployment]:
+    running = TesseraDeployment(cluster, NAMESPACE)
+    running.install("dra.enabled=true")
+    try:
+        for name in (NODE, OTHER):
+            running.add_gpu_node(name, DRA_LABELS, ["A100-80GB"], mig=True, api="dra")
+        running.start_controller("c1", "--batch-idle-seconds", "0.3",
+                                 "--dra-node-selector", "tessera.dev/api=dra")
+        for name in (NODE, OTHER):
+            eventually(lambda n=name: _pool(running, n), 30, f"the ResourceSlices of {name}")
+        yield running
+    finally:
+        running.uninstall()
+
+
+def _pool(system: TesseraDeployment, node: str = NODE) -> list[dict[str, Any]]:
+    raw = cast(dict[str, Any], system.custom.list_cluster_custom_object(
+        "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={node}"))
+    items = raw.get("items", [])
+    counts = {i["spec"]["pool"]["resourceSliceCount"] for i in items}
+    return items if counts == {len(items)} and items else []
+
+
+def _pod(name: str, resource: str = MIG_1G) -> client.V1Pod:
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels={"app": "dra-e2e"}),
+        spec=client.V1PodSpec(
+            termination_grace_period_seconds=0,
+            containers=[client.V1Container(
+                name="cuda", image="registry.invalid/infer:1",
+                resources=client.V1ResourceRequirements(limits={resource: "1"}))]))
+
+
+def _slices(system: TesseraDeployment, nodes: tuple[str, ...] = (NODE, OTHER)
+            ) -> set[tuple[str, int, str]]:
+    """(profile, start, MIG uuid) of every slice on the nodes' simulated cards."""
+    found = set()
+    for node in nodes:
+        for gpu in load_state_file(system.states[node]).gpus:
+            model = catalogue.model(gpu.model)
+            for gi in gpu.instances:
+                profile = model.profile_by_id(gi.profile_id)
+                assert profile is not None
+                found |= {(profile.name, gi.start, ci.uuid) for ci in gi.compute_instances}
+    return found
+
+
+@contextmanager
+def _scratch_pod(system: TesseraDeployment, name: str, resource: str) -> Iterator[None]:
+    """A pod asking one ``resource``, deleted with every test pod (and their slices) after."""
+    try:
+        system.core.create_namespaced_pod("default", _pod(name, resource))
+        yield
+    finally:
+        _delete_all(system)
+
+
+def _delete_all(system: TesseraDeployment) -> None:
+    system.core.delete_collection_namespaced_pod("default", label_selector="app=dra-e2e",
+                                                 grace_period_seconds=0)
+    eventually(lambda: not system.core.list_namespaced_pod(
+        "default", label_selector="app=dra-e2e").items, 60, "the test's pods gone")
+    # The kubelet unprepares a claim after its pod is gone from the API: the slice goes then.
+    eventually(lambda: not _slices(system), 60, "every slice destroyed once its pod is gone")
+
+
+def test_the_node_publishes_every_placement_with_the_catalogues_counters(
+        system: TesseraDeployment) -> None:
+    pool = _pool(system)
+    devices = {d["name"]: d for s in pool for d in s["spec"].get("devices", [])}
+    counters = [c for s in pool for c in s["spec"].get("sharedCounters", [])]
+    assert len(devices) == 25
+    assert [c["name"] for c in counters] == ["gpu-0"]
+    assert counters[0]["counters"]["compute-slices"] == {"value": "7"}
+    assert devices["gpu-0-7g80gb-at-0"]["consumesCounters"][0]["counterSet"] == "gpu-0"
+    classes = client.CustomObjectsApi(system.api).get_cluster_custom_object(
+        "resource.k8s.io", "v1", "deviceclasses", dra.device_class_name("1g.10gb"))
+    assert classes["spec"]["extendedResourceName"] == MIG_1G
+    partition = system.partition(NODE)
+    assert partition["status"]["api"] == "dra"
+
+
+def test_curation_packs_one_pod_after_another_onto_the_split_gpu(
+        system: TesseraDeployment) -> None:
+    """The scheduler alone would put each pod on either node (no score tells them apart);
+    once a slice exists, the controller taints the idle node's placements, so pods that come
+    one after another fill the split GPU first."""
+    names = [f"seq-{i}-{uuid.uuid4().hex[:5]}" for i in range(4)]
+    try:
+        for name in names:
+            system.core.create_namespaced_pod("default", _pod(name))
+            eventually(lambda n=name: system.core.read_namespaced_pod(n, "default").status.phase
+                       == "Running", 60, f"{name} Running")
+            # the next pod comes once the controller saw this slice and curated
+            eventually(lambda: any(d.get("taints") for node in (NODE, OTHER)
+                                   for s in _pool(system, node)
+                                   for d in s["spec"].get("devices", [])), 30, "curation")
+        nodes = {system.core.read_namespaced_pod(n, "default").spec.node_name for n in names}
+        assert len(nodes) == 1, f"all on one node, not spread: {nodes}"
+        (idle,) = {NODE, OTHER} - nodes
+        tainted = {d["name"] for s in _pool(system, idle) for d in s["spec"].get("devices", [])
+                   if any(t["key"] == dra.TAINT_CURATED for t in d.get("taints", []))}
+        assert "gpu-0-1g10gb-at-6" in tainted
+        assert "gpu-0-7g80gb-at-0" not in tainted, "a 7g fits only there: it stays offered"
+    finally:
+        _delete_all(system)
+
+
+def test_unchanged_pods_get_slices_the_scheduler_placed_and_the_fifteenth_waits(
+        system: TesseraDeployment) -> None:
+    """Seven 1g slices fit an A100-80GB, fourteen the two nodes; the scheduler chooses the
+    placements itself, and each pod's slice is made as it starts."""
+    names = [f"infer-{i}-{uuid.uuid4().hex[:5]}" for i in range(15)]
+    created: dict[str, float] = {}
+    try:
+        for name in names:
+            system.core.create_namespaced_pod("default", _pod(name))
+            created[name] = time.monotonic()
+        running: dict[str, float] = {}
+
+        def all_that_fit_running() -> bool:
+            for name in names:
+                if name in running:
+                    continue
+                pod = system.core.read_namespaced_pod(name, "default")
+                if pod.status.phase == "Running":
+                    running[name] = time.monotonic()
+            return len(running) == 14
+
+        eventually(all_that_fit_running, 90, "fourteen pods Running")
+        (waiting,) = [n for n in names if n not in running]
+        pod = system.core.read_namespaced_pod(waiting, "default")
+        assert pod.status.phase == "Pending"
+        assert not pod.spec.scheduling_gates, "handed to the scheduler, not held at the gate"
+        assert pod.spec.node_selector == DRA_LABELS
+
+        for node in (NODE, OTHER):
+            slices = _slices(system, (node,))
+            assert sorted(s for p, s, _u in slices if p == "1g.10gb") == list(range(7))
+        slices = _slices(system)
+        ids = {f"gpu.tessera.dev/mig={u}" for _p, _s, u in slices}
+        given = [c for node in (NODE, OTHER) for c in system.nodes[node].created_containers()
+                 if c["pod"] in running and c["container"] == "cuda"]
+        assert sorted(i for c in given for i in c["cdiDevices"]) == sorted(ids), \
+            "each container got the CDI id of its own new MIG device"
+        waits = sorted(running[n] - created[n] for n in running)
+        print(f"create -> Running through DRA: p50 {statistics.median(waits):.2f} s, "
+              f"max {waits[-1]:.2f} s (14 pods, each a new slice)")
+    finally:
+        _delete_all(system)
+
+
+def test_a_pod_reusing_freed_capacity_gets_a_7g_after_small_pods_leave(
+        system: TesseraDeployment) -> None:
+    name = f"train-{uuid.uuid4().hex[:5]}"
+    with _scratch_pod(system, name, "nvidia.com/mig-7g.80gb"):
+        eventually(lambda: system.core.read_namespaced_pod(name, "default").status.phase
+                   == "Running", 60, f"{name} Running")
+        assert {(p, s) for p, s, _u in _slices(system)} == {("7g.80gb", 0)}
+
+
+def test_a_profile_the_model_lacks_never_matches_and_the_pod_says_why(
+        system: TesseraDeployment) -> None:
+    name = f"h100-only-{uuid.uuid4().hex[:5]}"
+    with _scratch_pod(system, name, "nvidia.com/mig-1g.12gb"):
+
+        def told() -> str | None:
+            events = system.core.list_namespaced_event(
+                "default", field_selector=f"involvedObject.name={name}").items
+            found = [e.message for e in events if e.reason == "NoDraMatch"]
+            return found[0] if found else None
+
+        message = eventually(told, 30, f"an event on {name}")
+        assert message == ("no DRA node offers nvidia.com/mig-1g.12gb: their GPUs (A100-80GB) "
+                           "have no such MIG profile; only device-plugin nodes can take this pod")
+        assert not _slices(system)
+
+
+def test_the_agent_may_not_publish_slices_for_another_node(system: TesseraDeployment) -> None:
+    api = kube_config.new_client_from_config(str(system.agent_kubeconfig_for(NODE)))
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": "forged"},
+            "spec": {"driver": dra.DRIVER, "nodeName": "some-other-node",
+                     "pool": {"name": "some-other-node", "generation": 1,
+                              "resourceSliceCount": 1}, "devices": []}}
+    with pytest.raises(ApiException) as refused:
+        client.CustomObjectsApi(api).create_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceslices", body)
+    assert refused.value.status == 403
+    assert "agent-own-slices" in str(refused.value.body)
