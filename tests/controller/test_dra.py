@@ -15,6 +15,12 @@ from .test_loop import node, partition, pod, setup
 SELECTOR = (("tessera.dev/api", "dra"),)
 
 
+def dra_node(name: str) -> dict[str, Any]:
+    raw = node(name)
+    raw["metadata"]["labels"]["tessera.dev/api"] = "dra"
+    return raw
+
+
 def dra_partition(name: str, gpus: list[list[tuple[str, int]]]) -> dict[str, Any]:
     raw = partition(name, [])
     raw["status"]["api"] = "dra"
@@ -29,7 +35,7 @@ def dra_partition(name: str, gpus: list[list[tuple[str, int]]]) -> dict[str, Any
 
 def test_a_gated_pod_dra_can_serve_is_released_at_once_to_dra_nodes() -> None:
     cache, recorder, controller, _clock = setup(dra_node_selector=SELECTOR)
-    cache.put("node", "ADDED", node("dra-a"))
+    cache.put("node", "ADDED", dra_node("dra-a"))
     cache.put("nodepartition", "ADDED", dra_partition("dra-a", [[], []]))
     cache.put("pod", "ADDED", pod("p1"))
     controller.tick()
@@ -40,9 +46,26 @@ def test_a_gated_pod_dra_can_serve_is_released_at_once_to_dra_nodes() -> None:
     assert len(recorder.released_to_dra) == 1, "released once, even before the cache shows it"
 
 
+def test_a_pod_aimed_at_other_nodes_is_not_handed_to_dra() -> None:
+    cache, recorder, controller, clock = setup(dra_node_selector=SELECTOR)
+    cache.put("node", "ADDED", dra_node("dra-a"))
+    cache.put("nodepartition", "ADDED", dra_partition("dra-a", [[]]))
+    cache.put("node", "ADDED", node("node-b"))
+    cache.put("nodepartition", "ADDED", partition("node-b", []))
+    aimed = pod("aimed")
+    aimed["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-b"}
+    cache.put("pod", "ADDED", aimed)
+    controller.tick()
+    clock.now += 1
+    controller.tick()
+    assert recorder.released_to_dra == []
+    (spec,) = [s for n, s in recorder.specs if n == "node-b" and s.gpus]
+    assert [(x.profile) for x in spec.gpus[0].slices] == ["1g.10gb"], "planned on node-b"
+
+
 def test_pods_dra_cannot_serve_go_through_the_planner() -> None:
     cache, recorder, controller, clock = setup(dra_node_selector=SELECTOR)
-    cache.put("node", "ADDED", node("dra-a"))
+    cache.put("node", "ADDED", dra_node("dra-a"))
     cache.put("nodepartition", "ADDED", dra_partition("dra-a", [[]]))
     cache.put("node", "ADDED", node("node-b"))
     cache.put("nodepartition", "ADDED", partition("node-b", []))
@@ -60,7 +83,7 @@ def test_pods_dra_cannot_serve_go_through_the_planner() -> None:
 def test_curation_keeps_idle_gpus_whole_while_a_split_one_has_room() -> None:
     cache, recorder, controller, _clock = setup(dra_node_selector=SELECTOR)
     for name, gpus in (("dra-a", [[("3g.40gb", 4)], []]), ("dra-b", [[]])):
-        cache.put("node", "ADDED", node(name))
+        cache.put("node", "ADDED", dra_node(name))
         cache.put("nodepartition", "ADDED", dra_partition(name, gpus))
     controller.tick()
     written = {n: s.dra for n, s in recorder.specs}
@@ -80,7 +103,7 @@ def test_curation_keeps_idle_gpus_whole_while_a_split_one_has_room() -> None:
 
 def test_a_dra_pod_the_scheduler_could_not_place_lifts_curation_of_its_profile() -> None:
     cache, recorder, controller, _clock = setup(dra_node_selector=SELECTOR)
-    cache.put("node", "ADDED", node("dra-a"))
+    cache.put("node", "ADDED", dra_node("dra-a"))
     cache.put("nodepartition", "ADDED", dra_partition("dra-a", [[("3g.40gb", 4)], []]))
     stuck = pod("stuck", gated=False)
     stuck["spec"]["nodeSelector"] = {"tessera.dev/api": "dra", "zone": "b"}

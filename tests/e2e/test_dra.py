@@ -226,3 +226,67 @@ def test_the_agent_may_not_publish_slices_for_another_node(system: TesseraDeploy
             "resource.k8s.io", "v1", "resourceslices", body)
     assert refused.value.status == 403
     assert "agent-own-slices" in str(refused.value.body)
+
+
+def _phase(system: TesseraDeployment, name: str) -> str:
+    return str(system.core.read_namespaced_pod(name, "default").status.phase)
+
+
+def test_agent_crash_and_kubelet_restart_converge_with_no_slice_leaked(
+        system: TesseraDeployment) -> None:
+    """The agent is SIGKILLed with a claim prepared, a pod arrives while it is down (the
+    kubelet retries its prepare), then the kubelet restarts: everything ends Running on the
+    slices it was given, and deleting the pods destroys exactly those slices."""
+    first, second = (f"{what}-{uuid.uuid4().hex[:5]}" for what in ("before", "during"))
+    node = system.nodes[NODE]
+    try:
+        system.core.create_namespaced_pod("default", _pod(first, "nvidia.com/mig-3g.40gb"))
+        eventually(lambda: _phase(system, first) == "Running", 60, f"{first} Running")
+        system.restart_agent(NODE)  # SIGKILL; the new agent reads the checkpoint
+        system.core.create_namespaced_pod("default", _pod(second, "nvidia.com/mig-4g.40gb"))
+        eventually(lambda: _phase(system, second) == "Running", 90, f"{second} Running")
+        node.restart_kubelet()
+        eventually(lambda: _phase(system, first) == _phase(system, second) == "Running", 60,
+                   "both Running after the kubelet restart")
+        on_cards = sorted(p for p, _s, _u in _slices(system))
+        assert on_cards == ["3g.40gb", "4g.40gb"], "one slice per pod, nothing else"
+    finally:
+        _delete_all(system)  # waits until every slice is destroyed: none leaked
+
+
+def test_a_dra_native_claim_by_memory_gets_the_first_slice_that_big(
+        system: TesseraDeployment) -> None:
+    """The README's ResourceClaimTemplate: any Tessera MIG slice with at least 20 GB (10^9
+    bytes: a 1g.20gb has 19968 MiB)."""
+    # At rest (no slices), curation taints nothing: the first fit is the published order's.
+    eventually(lambda: not any(d.get("taints") for node in (NODE, OTHER)
+                               for s in _pool(system, node)
+                               for d in s["spec"].get("devices", [])), 30, "no taints at rest")
+    resource = client.CustomObjectsApi(system.api)
+    template = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "mig-20g", "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": f"mig.{dra.DRIVER}",
+            "selectors": [{"cel": {"expression": (
+                f'device.capacity["{dra.DRIVER}"].memory.compareTo(quantity("20G")) >= 0')}}],
+        }}]}}},
+    }
+    resource.create_namespaced_custom_object("resource.k8s.io", "v1", "default",
+                                             "resourceclaimtemplates", template)
+    name = f"native-{uuid.uuid4().hex[:5]}"
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": "dra-e2e"}},
+            "spec": {"terminationGracePeriodSeconds": 0,
+                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "mig-20g"}],
+                     "containers": [{"name": "cuda", "image": "registry.invalid/infer:1",
+                                     "resources": {"claims": [{"name": "gpu"}]}}]}}
+    try:
+        system.core.create_namespaced_pod("default", body)
+        eventually(lambda: _phase(system, name) == "Running", 60, f"{name} Running")
+        (made,) = _slices(system)
+        assert made[:2] == ("1g.20gb", 6), "the first placement in published order that fits"
+    finally:
+        _delete_all(system)
+        resource.delete_namespaced_custom_object("resource.k8s.io", "v1", "default",
+                                                 "resourceclaimtemplates", "mig-20g")

@@ -18,15 +18,22 @@ selector excluding the split ones) is never kept out by curation.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from functools import cache
+from typing import Any
 
 from tessera.api.v1alpha1 import DraCuration, DraSpec, NodePartition
+from tessera.controller.snapshot import node_labels, node_taints
 from tessera.core import catalogue, dra
 from tessera.core.catalogue import GpuModel
 from tessera.core.layout import Slice
+from tessera.core.planner import Node, PendingPod
+from tessera.core.planner.filters import rejection
 
 __all__ = [
+    "admitted",
     "curation",
+    "dra_nodes",
     "dra_partitions",
     "is_dra_pod",
     "models_of",
@@ -89,14 +96,35 @@ def models_of(partitions: Iterable[NodePartition]) -> list[str]:
                    if gpu.model})
 
 
+def dra_nodes(raw_nodes: Mapping[str, Mapping[str, Any]],
+              partitions: Mapping[str, NodePartition]) -> list[tuple[Node, frozenset[str]]]:
+    """The DRA nodes as the scheduler filters them (labels, taints), each with the profiles
+    its GPUs offer."""
+    found = []
+    for name, partition in sorted(partitions.items()):
+        raw = raw_nodes.get(name)
+        if raw is None:
+            continue
+        found.append((Node(name=name, labels=tuple(sorted(node_labels(raw).items())),
+                           taints=node_taints(raw)), offered_profiles([partition])))
+    return found
+
+
+def admitted(pod: PendingPod, selector: Mapping[str, str],
+             nodes: Iterable[tuple[Node, frozenset[str]]]) -> bool:
+    """Some DRA node would take the pod once ``selector`` is added to its node selector: its
+    labels, affinity and tolerations allow it, and its GPUs offer every profile asked. A pod
+    aimed at device-plugin nodes (a node selector no DRA node has) stays with the planner."""
+    wanted = {catalogue.profile_name_from_resource(r) for r, _n in pod.requests}
+    pinned = replace(pod, node_selector=(*pod.node_selector, *sorted(selector.items())))
+    return any(wanted <= offered and rejection(pinned, node) is None for node, offered in nodes)
+
+
 def is_dra_pod(raw: Mapping[str, object], selector: Mapping[str, str]) -> bool:
-    """The pod was handed to DRA: it carries the DRA node selector (with no selector set, a
-    DRA-only cluster, every ungated servable pod is DRA's: the caller checks that)."""
+    """The pod was handed to DRA: it carries the (non-empty) DRA node selector."""
     spec = raw.get("spec")
     node_selector = spec.get("nodeSelector") if isinstance(spec, Mapping) else None
-    if not selector:
-        return True
-    return isinstance(node_selector, Mapping) and all(
+    return bool(selector) and isinstance(node_selector, Mapping) and all(
         node_selector.get(k) == v for k, v in selector.items())
 
 

@@ -374,9 +374,9 @@ class Controller:
         if on_dra:
             # DRA nodes have no layouts to plan: the scheduler allocates there (tessera.
             # controller.dra); the rest of the tick sees only device-plugin nodes and pods.
+            pods = self._serve_dra(pods, dra.dra_nodes(nodes, on_dra), on_dra)
             nodes = {k: v for k, v in nodes.items() if k not in on_dra}
             partitions = {k: v for k, v in partitions.items() if k not in on_dra}
-            pods = self._serve_dra(pods, on_dra)
         inflight = self._inflight(partitions, now)
         self._enforce_policies(nodes, partitions, list(policies.values()), inflight, now)
         inflight |= set(self.state.written)
@@ -395,6 +395,7 @@ class Controller:
                       inflight=inflight | set(self.state.written), now=now)
 
     def _serve_dra(self, pods: Mapping[str, RawObject],
+                   dra_nodes: Sequence[tuple[planner.Node, frozenset[str]]],
                    on_dra: Mapping[str, NodePartition]) -> dict[str, RawObject]:
         """Hand gated pods DRA can serve to the scheduler; curate; return the other pods."""
         state = self.state
@@ -418,13 +419,17 @@ class Controller:
                 kept[key] = pod
                 continue
             if demand.is_gated(pod):
+                if not dra.admitted(facts.pending, selector, dra_nodes):
+                    kept[key] = pod  # aimed elsewhere (its node selector, affinity): planned
+                    continue
                 if key not in state.dra_released and self.writer.release_to_dra(key, selector):
                     state.dra_released.add(key)
                     created = facts.created
                     self.metrics.record_release(
                         None if created is None else max(0.0, self._wall() - created))
                 continue
-            if node or dra.is_dra_pod(pod, selector):
+            if node or (dra.is_dra_pod(pod, selector) if selector
+                        else dra.admitted(facts.pending, selector, dra_nodes)):
                 if facts.waiting:  # the scheduler found no device: curation must not hide one
                     exempt.update(catalogue.profile_name_from_resource(r)
                                   for r in facts.requests)

@@ -24,7 +24,7 @@ from tessera.core import catalogue
 from tessera.core.planner import Gpu, GpuSlice, Node, Policy, Snapshot, Taint
 from tessera.core.planner.model import Sharing
 
-__all__ = ["build_snapshot", "node_labels"]
+__all__ = ["build_snapshot", "node_labels", "node_taints"]
 
 RawNode = Mapping[str, Any]
 
@@ -33,7 +33,7 @@ def node_labels(node: RawNode) -> dict[str, str]:
     return dict(node.get("metadata", {}).get("labels") or {})
 
 
-def _taints(node: RawNode) -> tuple[Taint, ...]:
+def node_taints(node: RawNode) -> tuple[Taint, ...]:
     taints = [Taint(key=t["key"], value=t.get("value", "") or "",
                     effect=t.get("effect", "NoSchedule"))
               for t in node.get("spec", {}).get("taints") or []]
@@ -185,7 +185,7 @@ def build_snapshot(
         planned.append(Node(
             name=name,
             labels=tuple(sorted(labels.items())),
-            taints=_taints(raw),
+            taints=node_taints(raw),
             gpus=tuple(gpus),
             policy=Policy(
                 name=policy.metadata.name,

@@ -13,6 +13,7 @@ import base64
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -161,6 +162,16 @@ class TesseraDeployment:
         node = self.cluster.add_node(name, labels=labels, hooks=[start_agent])
         self.nodes[name] = node
         return node
+
+    def restart_agent(self, node: str, *, crash: bool = True) -> Process:
+        """Stop the node's agent (``crash``: SIGKILL, no clean-up of any kind) and start it
+        again with the same command line."""
+        owner = self.nodes[node]
+        old = next(p for p in owner.processes() if p.name == f"{node}/agent" and p.alive())
+        if crash:
+            old.signal(signal.SIGKILL)
+        old.stop()
+        return owner.spawn("agent", old.argv[old.argv.index(sys.executable):])
 
     def agent_kubeconfig_for(self, node: str) -> Path:
         """The agent's credentials on ``node``, as the DaemonSet gives them: a token bound to
