@@ -6,7 +6,13 @@ Two cases, 20 pods each, one at a time so every pod's latency is its own:
   plan, the agent to create a 1g.10gb slice, the plugin to advertise it and the kubelet to
   publish it (``nodeStatusUpdateFrequency``, default 10 s, is the floor), then the scheduler;
 - *free slice*: the same pods again after the first ones were deleted, so each fits a slice
-  that is already there.
+  that is already there;
+- *new slice, DRA*: the same unchanged pods on two nodes whose agents run ``--api dra`` (the
+  chart's ``dra.enabled``): the controller hands each pod to the scheduler at once, the
+  scheduler allocates a placement, and the agent creates the slice when the kubelet prepares
+  the claim; no node-status sync in the way.
+
+All three run in one cluster, in one run, so they are compared side by side.
 
 Run: ``.venv/bin/python bench/e2e_latency_bench.py [--status-frequency 10s] [--pods 20]``
 (needs ``make cluster-bins``). Prints a table and writes JSON beside this file.
@@ -27,20 +33,23 @@ from tessera.testing.cluster import Cluster
 from tessera.testing.deployment import TesseraDeployment
 
 POOL = {"tessera.dev/pool": "bench"}
+DRA_POOL = {"tessera.dev/pool": "bench-dra", "tessera.dev/api": "dra"}
 RESOURCE = "nvidia.com/mig-1g.10gb"
 
 
-def _pod(name: str) -> dict[str, Any]:
+def _pod(name: str, pool: dict[str, str] = POOL) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "default", "labels": {"bench": "e2e"}},
-            "spec": {"nodeSelector": POOL, "terminationGracePeriodSeconds": 0,
+            "spec": {"nodeSelector": {"tessera.dev/pool": pool["tessera.dev/pool"]},
+                     "terminationGracePeriodSeconds": 0,
                      "containers": [{"name": "main", "image": "registry.invalid/infer:1",
                                      "resources": {"limits": {RESOURCE: "1"}}}]}}
 
 
-def _time_to_running(core: client.CoreV1Api, name: str, timeout: float = 120.0) -> float:
+def _time_to_running(core: client.CoreV1Api, name: str, timeout: float = 120.0,
+                     pool: dict[str, str] = POOL) -> float:
     started = time.monotonic()
-    core.create_namespaced_pod("default", _pod(name))
+    core.create_namespaced_pod("default", _pod(name, pool))
     while time.monotonic() - started < timeout:
         if core.read_namespaced_pod(name, "default").status.phase == "Running":
             return time.monotonic() - started
@@ -61,15 +70,18 @@ def main() -> None:
     args = parser.parse_args()
     results: dict[str, list[float]] = {}
     with Cluster(node_status_update_frequency=args.status_frequency) as cluster:
-        system = TesseraDeployment(cluster).install()
+        system = TesseraDeployment(cluster).install("dra.enabled=true")
         try:
             for name in ("bench-a", "bench-b"):
                 system.add_gpu_node(name, POOL, ["A100-80GB", "A100-80GB"], mig=True)
+            for name in ("bench-dra-a", "bench-dra-b"):
+                system.add_gpu_node(name, DRA_POOL, ["A100-80GB", "A100-80GB"], mig=True,
+                                    api="dra")
             system.create_policy({
                 "apiVersion": "tessera.dev/v1alpha1", "kind": "PartitionPolicy",
                 "metadata": {"name": "bench"},
                 "spec": {"nodeSelector": {"matchLabels": POOL}, "mode": "dynamic"}})
-            system.start_controller("bench")
+            system.start_controller("bench", "--dra-node-selector", "tessera.dev/api=dra")
             for name in system.nodes:
                 while not system.reported(name):
                     time.sleep(0.2)
@@ -83,17 +95,19 @@ def main() -> None:
             time.sleep(3)  # the agents report the slices free again
             results["free slice"] = [_time_to_running(core, f"free-{i}")
                                      for i in range(args.pods)]
+            results["new slice, DRA"] = [_time_to_running(core, f"dra-{i}", pool=DRA_POOL)
+                                         for i in range(args.pods)]
         finally:
             system.uninstall()
     print(f"kubelet nodeStatusUpdateFrequency {args.status_frequency}, {args.pods} pods each,"
           " controller batching 0.5 s idle / 3 s max")
-    print(f"{'case':<12} {'p50 s':>7} {'p95 s':>7} {'mean s':>7} {'max s':>7}")
+    print(f"{'case':<15} {'p50 s':>7} {'p95 s':>7} {'mean s':>7} {'max s':>7}")
     summary = {}
     for case, values in results.items():
         row = {"p50": _percentile(values, 0.5), "p95": _percentile(values, 0.95),
                "mean": statistics.fmean(values), "max": max(values)}
         summary[case] = {**row, "samples": values}
-        print(f"{case:<12} {row['p50']:7.2f} {row['p95']:7.2f} {row['mean']:7.2f} "
+        print(f"{case:<15} {row['p50']:7.2f} {row['p95']:7.2f} {row['mean']:7.2f} "
               f"{row['max']:7.2f}")
     out = Path(__file__).with_name("e2e_latency_results.json")
     out.write_text(json.dumps({"status_frequency": args.status_frequency, **summary},
