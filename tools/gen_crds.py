@@ -141,13 +141,24 @@ DEVICE_CLASSES = OUT.parent / "templates" / "dra-deviceclasses.yaml"
 def device_classes() -> str:
     """The chart's DeviceClasses: one per MIG profile name in the catalogue, mapped to NVIDIA's
     resource name (``extendedResourceName``), so an unchanged pod asking
-    ``nvidia.com/mig-1g.10gb`` is served from DRA devices on DRA nodes; and one class for any
-    Tessera MIG device, for ResourceClaims that select by capacity or attributes."""
+    ``nvidia.com/mig-1g.10gb`` is served from DRA devices on DRA nodes; one for MPS shares
+    (``nvidia.com/gpu.shared``); and one class for any Tessera MIG device, for ResourceClaims
+    that select by capacity or attributes."""
     domain = dra.DRIVER
+    def mode(name: str) -> str:
+        # && stops at the first false, so an MPS device (no profile attribute) never
+        # reaches the profile test, which would be an error for it
+        return f'device.driver == "{domain}" && device.attributes["{domain}"].mode == "{name}"'
+
     docs = [{
         "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
         "metadata": {"name": f"mig.{domain}"},
-        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{domain}"'}}]},
+        "spec": {"selectors": [{"cel": {"expression": mode(dra.MODE_MIG)}}]},
+    }, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": dra.MPS_DEVICE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": mode(dra.MODE_MPS)}}],
+                 "extendedResourceName": catalogue.MPS_SHARED_RESOURCE},
     }]
     for profile in dra.all_profile_names():
         docs.append({
@@ -155,7 +166,7 @@ def device_classes() -> str:
             "metadata": {"name": dra.device_class_name(profile)},
             "spec": {
                 "selectors": [{"cel": {"expression": (
-                    f'device.driver == "{domain}" && '
+                    f'{mode(dra.MODE_MIG)} && '
                     f'device.attributes["{domain}"].profile == "{profile}"')}}],
                 "extendedResourceName": catalogue.mig_resource_name(profile)},
         })

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tessera.agent.dra import DraDriver, DraReconciler, PrepareError
+from tessera.agent.mps import MpsManager
 from tessera.api.v1alpha1 import (
     DraCuration,
     DraSpec,
@@ -28,6 +29,9 @@ from tessera.kubelet.dra import ClaimRef
 from tessera.nvml.sim import operations
 
 from .conftest import AgentNode
+from .test_mps import StandIn, standin
+
+__all__ = ["standin"]  # the MPS stand-in fixture, shared with the MPS tests
 
 NODE = "node-a"
 
@@ -234,3 +238,67 @@ def test_status_names_the_claim_each_slice_was_made_for(
     (item,) = result.status.gpus[0].slices
     assert (item.profile, item.start, item.allocated, item.pods) == (
         "1g.10gb", 6, True, ["default/a"])
+
+
+# -- MPS shares of GPUs without MIG: one device allocated many times (consumable capacity) --
+
+SHARED_NODE = pytest.mark.parametrize("agent_node", [["L4-24GB", "A100-80GB"]], indirect=True)
+
+
+@pytest.fixture
+def shared(agent_node: AgentNode, standin: StandIn, tmp_path: Path
+           ) -> tuple[DraDriver, Claims, Pool]:
+    claims, pool = Claims(), Pool()
+    driver = DraDriver(NODE, agent_node.runtime, claims, pool, tmp_path / "plugin",
+                       cdi_dir=tmp_path / "cdi",
+                       mps=MpsManager(standin.root, env=standin.env, timeout_s=5.0),
+                       mps_shares=4)
+    driver.publish()
+    return driver, claims, pool
+
+
+def _allocate_share(claims: Claims, name: str, shares: int = 1) -> ClaimRef:
+    claim = ClaimRef("default", f"uid-{name}", name)
+    claims.table[claim.uid] = (claim, [ClaimDevice("gpu", dra.DRIVER, NODE, "gpu-0-mps",
+                                                   share_id=f"share-{name}", shares=shares)])
+    return claim
+
+
+@SHARED_NODE
+def test_a_gpu_without_mig_is_one_device_of_consumable_shares(
+        shared: tuple[DraDriver, Claims, Pool]) -> None:
+    _driver, _claims, pool = shared
+    device = pool.devices()["gpu-0-mps"]
+    assert device["allowMultipleAllocations"] is True
+    assert device["capacity"]["shares"] == {"value": "4", "requestPolicy": {
+        "default": "1", "validRange": {"min": "1", "max": "4", "step": "1"}}}
+    assert device["attributes"]["mode"] == {"string": "mps"}
+    assert set(device["capacity"]) == {"shares"}, "any other capacity would be taken whole"
+    assert "consumesCounters" not in device
+    assert "gpu-1-7g80gb-at-0" in pool.devices(), "the A100 beside it still offers MIG"
+
+
+@SHARED_NODE
+def test_a_share_starts_the_gpus_mps_daemon_and_hands_its_pipe_and_limits(
+        agent_node: AgentNode, shared: tuple[DraDriver, Claims, Pool], standin: StandIn,
+        tmp_path: Path) -> None:
+    driver, claims, _pool = shared
+    first = driver.prepare(_allocate_share(claims, "a"))
+    second = driver.prepare(_allocate_share(claims, "b", shares=2))
+    uuid = agent_node.backend.gpus()[0].uuid
+    (one,) = first.devices
+    assert one.share_id == "share-a"
+    assert one.cdi_device_ids == (f"gpu.tessera.dev/mps={uuid}-share-a",)
+    status = driver.mps_status()[uuid]
+    assert (status.daemon, status.shares, status.thread_percentage) == ("Running", 4, 25)
+    spec = (tmp_path / "cdi" / "gpu.tessera.dev-uid-b-mps.json").read_text()
+    memory = agent_node.backend.gpus()[0].memory_total_mib * 2 // 4
+    assert f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={memory}M" in spec
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in spec
+    assert str(standin.root / uuid / "pipe") in spec
+    (two,) = second.devices
+    assert two.cdi_device_ids == (f"gpu.tessera.dev/mps={uuid}-share-b",)
+    driver.unprepare(ClaimRef("default", "uid-a", "a"))
+    assert driver.mps_status()[uuid].daemon == "Running", "a share is still out"
+    driver.unprepare(ClaimRef("default", "uid-b", "b"))
+    assert driver.mps_status()[uuid].daemon == "Stopped", "the last share stops the daemon"

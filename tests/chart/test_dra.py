@@ -56,12 +56,15 @@ def test_one_device_class_per_profile_name_maps_nvidias_resource_name(
         binaries: Binaries) -> None:
     classes = _by_kind(render(binaries, "dra.enabled=true"), "DeviceClass")
     names = dra.all_profile_names()
-    assert len(classes) == len(names) + 1
+    assert len(classes) == len(names) + 2
     one = classes[dra.device_class_name("1g.10gb+me")]
     assert one["spec"]["extendedResourceName"] == catalogue.mig_resource_name("1g.10gb+me")
     assert one["spec"]["extendedResourceName"] == "nvidia.com/mig-1g.10gb.me"
     assert 'profile == "1g.10gb+me"' in one["spec"]["selectors"][0]["cel"]["expression"]
     assert "extendedResourceName" not in classes[f"mig.{dra.DRIVER}"]["spec"]
+    shared = classes[dra.MPS_DEVICE_CLASS]["spec"]
+    assert shared["extendedResourceName"] == catalogue.MPS_SHARED_RESOURCE
+    assert 'mode == "mps"' in shared["selectors"][0]["cel"]["expression"]
 
 
 def test_the_agent_may_write_resource_slices_only_with_dra(binaries: Binaries) -> None:

@@ -119,8 +119,10 @@ def test_a_dra_pod_the_scheduler_could_not_place_lifts_curation_of_its_profile()
     assert recorder.pod_events == [], "a DRA pod is the scheduler's: no planner verdict on it"
 
 
-def test_servable_means_every_request_is_a_mig_profile_a_dra_gpu_offers() -> None:
-    offered = frozenset({"1g.10gb", "7g.80gb"})
+def test_servable_means_every_request_is_something_a_dra_gpu_serves() -> None:
+    offered = frozenset({"nvidia.com/mig-1g.10gb", "nvidia.com/mig-7g.80gb",
+                         "nvidia.com/gpu.shared"})
+    assert dra.servable({"nvidia.com/gpu.shared": 1}, offered)
     assert dra.servable({"nvidia.com/mig-1g.10gb": 2}, offered)
     assert not dra.servable({"nvidia.com/mig-1g.10gb": 1, "nvidia.com/gpu": 1}, offered)
     assert not dra.servable({"nvidia.com/mig-1g.10gb.shared": 1}, offered)

@@ -32,6 +32,7 @@ NAMESPACE = "tessera"
 DRA_LABELS = {"tessera.dev/api": "dra"}
 NODE = "dra-a100"
 OTHER = "dra-b100"
+SHARED = "dra-l4"
 MIG_1G = "nvidia.com/mig-1g.10gb"
 
 
@@ -42,9 +43,10 @@ def system(cluster: Cluster) -> Iterator[TesseraDeployment]:
     try:
         for name in (NODE, OTHER):
             running.add_gpu_node(name, DRA_LABELS, ["A100-80GB"], mig=True, api="dra")
+        running.add_gpu_node(SHARED, DRA_LABELS, ["L4-24GB"], api="dra", mps=True)
         running.start_controller("c1", "--batch-idle-seconds", "0.3",
                                  "--dra-node-selector", "tessera.dev/api=dra")
-        for name in (NODE, OTHER):
+        for name in (NODE, OTHER, SHARED):
             eventually(lambda n=name: _pool(running, n), 30, f"the ResourceSlices of {name}")
         yield running
     finally:
@@ -290,3 +292,32 @@ def test_a_dra_native_claim_by_memory_gets_the_first_slice_that_big(
         _delete_all(system)
         resource.delete_namespaced_custom_object("resource.k8s.io", "v1", "default",
                                                  "resourceclaimtemplates", "mig-20g")
+
+
+
+def test_mps_shares_of_a_gpu_without_mig_through_consumable_capacity(
+        system: TesseraDeployment) -> None:
+    """An L4 offered as 4 MPS shares: unchanged pods asking ``nvidia.com/gpu.shared`` share it
+    (the scheduler allocates the one device four times), the fifth waits, and each container
+    gets the daemon's pipe and its share's limits."""
+    names = [f"shared-{i}-{uuid.uuid4().hex[:5]}" for i in range(5)]
+    try:
+        for name in names:
+            system.core.create_namespaced_pod("default", _pod(name, "nvidia.com/gpu.shared"))
+        eventually(lambda: sum(_phase(system, n) == "Running" for n in names) == 4, 90,
+                   "four shares Running")
+        time.sleep(2)
+        assert sum(_phase(system, n) == "Running" for n in names) == 4, "the fifth waits"
+        given = [c for c in system.nodes[SHARED].created_containers()
+                 if c["pod"] in names and c["container"] == "cuda"]
+        assert len(given) == 4
+        ids = {i for c in given for i in c["cdiDevices"]}
+        assert len(ids) == 4, "one CDI device per share"
+        assert all(i.startswith("gpu.tessera.dev/mps=GPU-") for i in ids)
+        status = system.partition(SHARED)["status"]["gpus"][0]
+        assert status["mode"] == "mps"
+        assert status["mps"]["daemon"] == "Running"
+    finally:
+        _delete_all(system)
+    eventually(lambda: system.partition(SHARED)["status"]["gpus"][0]["mps"]["daemon"]
+               == "Stopped", 60, "the daemon stopped after the last share")

@@ -33,16 +33,19 @@ from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
+from tessera.agent.mps import MpsManager
 from tessera.agent.node import NodeRuntime
 from tessera.agent.observation import GpuObservation, NodeObservation
+from tessera.agent.reconcile import StartMps, StopMps
 from tessera.agent.reconciler import ReconcileResult, utc_now
 from tessera.agent.status import dra_status
-from tessera.api.v1alpha1 import NodePartition
+from tessera.api.v1alpha1 import MpsStatus, NodePartition
 from tessera.core import catalogue, dra
-from tessera.core.catalogue import GpuModel
+from tessera.core.catalogue import GpuModel, WholeGpu
 from tessera.core.errors import BackendError
 from tessera.core.layout import Slice
-from tessera.kube.resourceslices import ClaimDevice, GpuPublication, render_pool
+from tessera.kube.resourceslices import ClaimDevice, GpuPublication, MpsPublication, render_pool
+from tessera.kubelet.allocation import MPS_MEMORY_ENV, MPS_PIPE_ENV, MPS_THREADS_ENV
 from tessera.kubelet.dra import ClaimRef, PreparedClaim, PreparedDevice
 from tessera.nvml.backend import GpuBackend
 
@@ -52,6 +55,8 @@ log = logging.getLogger(__name__)
 
 CDI_KIND = f"{dra.DRIVER}/mig"
 """CDI ``vendor/class`` of the devices handed out: ids are ``gpu.tessera.dev/mig=<MIG uuid>``."""
+CDI_MPS_KIND = f"{dra.DRIVER}/mps"
+"""CDI kind of MPS shares: ``gpu.tessera.dev/mps=<GPU uuid>-<share id>``."""
 
 
 class PrepareError(Exception):
@@ -82,6 +87,10 @@ class _Record:
     profile: str
     start: int
     mig_uuid: str | None = None
+    kind: str = dra.MODE_MIG
+    """``mig`` (a slice made for the claim) or ``mps`` (shares of the GPU's MPS daemon)."""
+    shares: int = 1
+    share_id: str | None = None
 
     @property
     def slice(self) -> Slice:
@@ -101,7 +110,8 @@ class DraDriver:
 
     def __init__(self, node: str, runtime: NodeRuntime, claims: ClaimSource, pool: PoolWriter,
                  state_dir: Path, *, cdi_dir: Path | None = None,
-                 curated: Callable[[], Mapping[str, Iterable[str]]] = dict) -> None:
+                 curated: Callable[[], Mapping[str, Iterable[str]]] = dict,
+                 mps: MpsManager | None = None, mps_shares: int = 0) -> None:
         self.node = node
         self.runtime = runtime
         self.backend: GpuBackend = runtime.backend
@@ -111,6 +121,9 @@ class DraDriver:
         self.cdi_dir = cdi_dir
         self.curated = curated
         """GPU UUID -> profiles to taint ``curated`` (read at every publish)."""
+        self.mps = mps
+        self.mps_shares = mps_shares if mps is not None else 0
+        """Shares each GPU without MIG offers through MPS (0: such GPUs are not offered)."""
         self._lock = threading.RLock()
         self._checkpoint = state_dir / "checkpoint.json"
         self._prepared: dict[str, _Claim] = self._load()
@@ -168,9 +181,39 @@ class DraDriver:
         return catalogue.find_model(gpu.info.model)
 
     def _owned(self) -> dict[tuple[str, Slice], str]:
-        """(GPU uuid, slice) -> claim uid, for every recorded device."""
+        """(GPU uuid, slice) -> claim uid, for every recorded MIG device."""
         return {(d.gpu_uuid, d.slice): uid for uid, c in self._prepared.items()
-                for d in c.devices}
+                for d in c.devices if d.kind == dra.MODE_MIG}
+
+    def _shareable(self, gpu: GpuObservation) -> WholeGpu | None:
+        """The card, if this GPU is offered as MPS shares: no MIG, MPS-capable, MPS on."""
+        info = gpu.info
+        if self.mps_shares <= 0 or info.lost or info.mig_current:
+            return None
+        card = catalogue.find_card(info.name, info.pci_device_id or None)
+        return card if isinstance(card, WholeGpu) and card.mps_supported else None
+
+    def _mps_step(self, gpu: GpuObservation) -> StartMps:
+        shares = self.mps_shares
+        return StartMps(gpu.index, gpu.info.uuid, shares, max(1, 100 // shares),
+                        gpu.info.memory_total_mib // shares)
+
+    def mps_status(self) -> dict[str, MpsStatus]:
+        """The MPS daemons of shared GPUs (Stopped: no claim has asked for a share yet)."""
+        latest = self.runtime.latest
+        if self.mps is None or latest is None:
+            return {}
+        running = self.mps.status()
+        found: dict[str, MpsStatus] = {}
+        for gpu in latest.gpus:
+            if self._shareable(gpu) is None:
+                continue
+            step = self._mps_step(gpu)
+            found[gpu.info.uuid] = running.get(gpu.info.uuid) or MpsStatus(
+                shares=step.shares, thread_percentage=step.thread_percentage,
+                memoryMiB=step.memory_mib, daemon="Stopped",
+                pipe_directory=str(self.mps.directories(gpu.info.uuid).pipe))
+        return found
 
     def _offers(self, observation: NodeObservation
                 ) -> dict[str, tuple[GpuObservation, GpuModel, Slice]]:
@@ -208,7 +251,16 @@ class DraDriver:
                     if marks:
                         taints[offer.name] = tuple(marks)
                 gpus.append(GpuPublication(gpu.index, gpu.info.uuid, model, held, taints))
-            return self.pool.sync(self.node, render_pool(self.node, gpus))
+            shared = []
+            for gpu in observation.gpus:
+                card = self._shareable(gpu)
+                if card is not None:
+                    sick = () if gpu.healthy else (
+                        (dra.TAINT_UNHEALTHY, f"xid-{gpu.last_xid or 0}"),)
+                    shared.append(MpsPublication(gpu.index, gpu.info.uuid, card.name,
+                                                 gpu.info.memory_total_mib, self.mps_shares,
+                                                 sick))
+            return self.pool.sync(self.node, render_pool(self.node, gpus, shared))
 
     def _mig_mode_on(self, observation: NodeObservation) -> NodeObservation:
         """Turn MIG mode on for idle MIG-capable cards: a DRA node serves MIG placements only
@@ -282,9 +334,21 @@ class DraDriver:
             return None
         observation = self.runtime.refresh()
         offers = self._offers(observation)
+        shared = {dra.mps_device_name(g.index): g for g in observation.gpus
+                  if self._shareable(g) is not None}
         owned = self._owned()
         records: list[_Record] = []
         for result in mine:
+            if result.device in shared:
+                gpu = shared[result.device]
+                if not gpu.healthy:
+                    raise PrepareError(
+                        f"device {result.device} is GPU {gpu.index} ({gpu.info.uuid}), tainted "
+                        f"unhealthy after Xid {gpu.last_xid}; nothing was started")
+                records.append(_Record(result.request, result.device, gpu.info.uuid, gpu.index,
+                                       "", 0, kind=dra.MODE_MPS, shares=result.shares,
+                                       share_id=result.share_id))
+                continue
             found = offers.get(result.device)
             if found is None:
                 raise PrepareError(
@@ -309,6 +373,9 @@ class DraDriver:
     def _make(self, entry: _Claim) -> None:
         """Create each recorded slice, or adopt it where it already is (a repeated call)."""
         for record in entry.devices:
+            if record.kind == dra.MODE_MPS:
+                self._start_mps(record)
+                continue
             if record.mig_uuid is not None and self._find(record) is not None:
                 continue
             existing = self._find(record)
@@ -325,6 +392,16 @@ class DraDriver:
                 raise PrepareError(f"{record.slice} on GPU {record.gpu_index} has no MIG device")
             self._save()
 
+    def _start_mps(self, record: _Record) -> None:
+        """The GPU's MPS daemon, with the node's share settings (idempotent)."""
+        assert self.mps is not None  # an MPS device is offered only with MPS configured
+        gpu = next((g for g in self.runtime.refresh().gpus if g.info.uuid == record.gpu_uuid),
+                   None)
+        if gpu is None or self._shareable(gpu) is None:
+            raise PrepareError(f"GPU {record.gpu_index} ({record.gpu_uuid}) is no longer "
+                               "offered as MPS shares; nothing was started")
+        self.mps.start(self._mps_step(gpu))
+
     def _find(self, record: _Record) -> str | None:
         """The MIG uuid of the instance at the record's placement, if there is one."""
         for instance in self.backend.gpu_instances(record.gpu_index):
@@ -340,7 +417,7 @@ class DraDriver:
         if entry is None:
             return
         for record in entry.devices:
-            if record.mig_uuid is None:
+            if record.mig_uuid is None or record.kind != dra.MODE_MIG:
                 continue
             try:
                 self._destroy(record)
@@ -355,12 +432,27 @@ class DraDriver:
             if entry is None:
                 return None  # never prepared here, or unprepared already
             for record in entry.devices:
-                self._destroy(record)
+                if record.kind == dra.MODE_MIG:
+                    self._destroy(record)
             del self._prepared[claim.uid]
             self._save()
             self._remove_cdi(claim.uid)
+            self._stop_idle_mps(entry)
         self.changed()
         return None
+
+    def _stop_idle_mps(self, entry: _Claim) -> None:
+        """Stop the MPS daemon of a GPU whose last share was given back."""
+        if self.mps is None:
+            return
+        still = {d.gpu_uuid for c in self._prepared.values() for d in c.devices
+                 if d.kind == dra.MODE_MPS}
+        for record in entry.devices:
+            if record.kind == dra.MODE_MPS and record.gpu_uuid not in still:
+                try:
+                    self.mps.stop(StopMps(record.gpu_index, record.gpu_uuid))
+                except BackendError as exc:
+                    log.warning("stopping MPS on GPU %d: %s", record.gpu_index, exc)
 
     def _destroy(self, record: _Record) -> None:
         for instance in self.backend.gpu_instances(record.gpu_index):
@@ -376,7 +468,38 @@ class DraDriver:
     def _answer(self, record: _Record) -> PreparedDevice:
         return PreparedDevice(request_names=(record.request,), pool_name=self.node,
                               device_name=record.device,
-                              cdi_device_ids=(f"{CDI_KIND}={record.mig_uuid}",))
+                              cdi_device_ids=(f"{self._cdi_kind(record)}={self._cdi_name(record)}",),
+                              share_id=record.share_id)
+
+    @staticmethod
+    def _cdi_kind(record: _Record) -> str:
+        return CDI_KIND if record.kind == dra.MODE_MIG else CDI_MPS_KIND
+
+    @staticmethod
+    def _cdi_name(record: _Record) -> str:
+        """The MIG uuid; for an MPS share the GPU uuid and the allocation's share id (many
+        claims share one GPU, and CDI names must be unique)."""
+        if record.kind == dra.MODE_MIG:
+            return str(record.mig_uuid)
+        return f"{record.gpu_uuid}-{record.share_id or record.device}"
+
+    def _cdi_edits(self, record: _Record) -> dict[str, Any]:
+        """What the container gets: the MIG device, or the GPU with its MPS daemon's pipe and
+        the share's limits (as the device plugin's Allocate gives an MPS share)."""
+        if record.kind == dra.MODE_MIG:
+            return {"env": [f"NVIDIA_VISIBLE_DEVICES={record.mig_uuid}"]}
+        assert self.mps is not None
+        pipe = str(self.mps.directories(record.gpu_uuid).pipe)
+        gpu = next((g for g in (self.runtime.latest or NodeObservation()).gpus
+                    if g.info.uuid == record.gpu_uuid), None)
+        total = gpu.info.memory_total_mib if gpu is not None else 0
+        memory = total * record.shares // max(1, self.mps_shares)
+        threads = min(100, max(1, 100 // max(1, self.mps_shares)) * record.shares)
+        return {"env": [f"NVIDIA_VISIBLE_DEVICES={record.gpu_uuid}",
+                        f"{MPS_PIPE_ENV}={pipe}", f"{MPS_MEMORY_ENV}=0={memory}M",
+                        f"{MPS_THREADS_ENV}={threads}"],
+                "mounts": [{"hostPath": pipe, "containerPath": pipe,
+                            "options": ["rbind", "rw"]}]}
 
     def _cdi_path(self, uid: str) -> Path | None:
         return None if self.cdi_dir is None else self.cdi_dir / f"{dra.DRIVER}-{uid}.json"
@@ -388,18 +511,23 @@ class DraDriver:
         path = self._cdi_path(uid)
         if path is None:
             return
-        spec = {"cdiVersion": "0.6.0", "kind": CDI_KIND,
-                "devices": [{"name": d.mig_uuid, "containerEdits": {
-                    "env": [f"NVIDIA_VISIBLE_DEVICES={d.mig_uuid}"]}} for d in entry.devices]}
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(spec, indent=1), encoding="utf-8")
-        os.replace(tmp, path)
+        for kind in (CDI_KIND, CDI_MPS_KIND):
+            devices = [{"name": self._cdi_name(d), "containerEdits": self._cdi_edits(d)}
+                       for d in entry.devices if self._cdi_kind(d) == kind]
+            target = path if kind == CDI_KIND else path.with_name(f"{path.stem}-mps.json")
+            if not devices:
+                continue
+            spec = {"cdiVersion": "0.6.0", "kind": kind, "devices": devices}
+            tmp = target.with_suffix(".tmp")
+            tmp.write_text(json.dumps(spec, indent=1), encoding="utf-8")
+            os.replace(tmp, target)
 
     def _remove_cdi(self, uid: str) -> None:
         path = self._cdi_path(uid)
         if path is not None:
             path.unlink(missing_ok=True)
+            path.with_name(f"{path.stem}-mps.json").unlink(missing_ok=True)
 
 
 class DraReconciler:
@@ -425,5 +553,6 @@ class DraReconciler:
         observation = self.driver.runtime.latest or NodeObservation()
         status = dra_status(generation=partition.metadata.generation, observation=observation,
                             claims=self.driver.slice_claims(), published=not problem,
-                            problem=problem, previous=partition.status, now=utc_now())
+                            problem=problem, previous=partition.status, now=utc_now(),
+                            mps=self.driver.mps_status())
         return ReconcileResult(status, seconds=time.perf_counter() - started)

@@ -152,7 +152,8 @@ def outcomes_unsettled(outcomes: Sequence[Outcome]) -> bool:
 
 def dra_status(*, generation: int | None, observation: NodeObservation,
                claims: Mapping[tuple[str, str, int], str], published: bool, problem: str,
-               previous: NodePartitionStatus | None, now: str) -> NodePartitionStatus:
+               previous: NodePartitionStatus | None, now: str,
+               mps: Mapping[str, MpsStatus] | None = None) -> NodePartitionStatus:
     """The status of a DRA node: the cards as they are, each slice with the claim it was made
     for (``claims``: (GPU uuid, profile, start) -> ``namespace/name`` of the claim), and
     whether the pool is published. There is no layout to apply, so ``Applied`` says whether the
@@ -163,7 +164,8 @@ def dra_status(*, generation: int | None, observation: NodeObservation,
             dataclasses.replace(i, pods=(claims[key],)) if (
                 key := (gpu.info.uuid, i.profile, i.start)) in claims else i
             for i in gpu.instances)
-        gpus.append(observed_gpu(dataclasses.replace(gpu, instances=instances), None))
+        gpus.append(observed_gpu(dataclasses.replace(gpu, instances=instances),
+                                 (mps or {}).get(gpu.info.uuid)))
     unhealthy = [
         f"GPU {g.index} " + ("has fallen off the bus" if g.info.lost else
                              f"is unhealthy (last Xid {g.last_xid}); its devices are tainted")

@@ -21,6 +21,7 @@ from tessera.agent.runner import AgentRunner
 from tessera.api.v1alpha1 import NodePartition
 from tessera.cli import logs
 from tessera.core import dra
+from tessera.core.catalogue import MPS_MAX_CLIENTS
 from tessera.core.errors import InvalidInputError
 from tessera.kube.config import api_client
 from tessera.kube.events import EventRecorder
@@ -116,6 +117,9 @@ def register(commands: Any) -> None:
     agent.add_argument("--dra-plugin-dir", default=None,
                        help="directory for the DRA socket and checkpoint (--api dra; default "
                        f"{KUBELET_PLUGINS_DIR}/{dra.DRIVER})")
+    agent.add_argument("--dra-mps-shares", type=int, default=0, metavar="N",
+                       help="--api dra: offer each GPU without MIG as N MPS shares (one device "
+                       "with consumable capacity; needs --mps-root); 0: not offered")
     agent.add_argument("--cdi-dir", default="/var/run/cdi",
                        help="where CDI specs of prepared devices are written (--api dra; "
                        "empty: none)")
@@ -210,8 +214,17 @@ def _dra_runner(args: argparse.Namespace, api: Any, backend: GpuBackend,
     settings = dataclasses.replace(_settings(args), device_plugins=False)
     runtime = NodeRuntime(backend, settings)
     plugin_dir = Path(args.dra_plugin_dir or f"{KUBELET_PLUGINS_DIR}/{dra.DRIVER}")
+    if args.dra_mps_shares < 0 or args.dra_mps_shares > MPS_MAX_CLIENTS:
+        raise InvalidInputError("--dra-mps-shares", f"{args.dra_mps_shares} is not 0..."
+                                f"{MPS_MAX_CLIENTS} (an MPS server serves at most "
+                                f"{MPS_MAX_CLIENTS} clients)")
+    mps = _mps(args)
+    if args.dra_mps_shares and mps is None:
+        raise InvalidInputError("--dra-mps-shares", "MPS shares need --mps-root (where the "
+                                "daemons' pipes live), e.g. --mps-root /run/tessera/mps")
     driver = DraDriver(args.node_name, runtime, ResourceClaims(api), ResourceSlices(api),
-                       plugin_dir, cdi_dir=Path(args.cdi_dir) if args.cdi_dir else None)
+                       plugin_dir, cdi_dir=Path(args.cdi_dir) if args.cdi_dir else None,
+                       mps=mps, mps_shares=args.dra_mps_shares)
     server = DraPluginServer(dra.DRIVER, driver, plugins_registry_dir=args.plugins_registry,
                              plugin_dir=plugin_dir)
     runner = AgentRunner(args.node_name, runtime, DraReconciler(driver), NodePartitions(api),

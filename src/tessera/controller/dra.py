@@ -37,7 +37,7 @@ __all__ = [
     "dra_partitions",
     "is_dra_pod",
     "models_of",
-    "offered_profiles",
+    "offered_resources",
     "servable",
     "unservable_profiles",
 ]
@@ -56,38 +56,34 @@ def _model(name: str) -> GpuModel | None:
     return catalogue.find_model(name)
 
 
-def offered_profiles(partitions: Iterable[NodePartition]) -> frozenset[str]:
-    """MIG profile names some healthy DRA GPU's model offers."""
+def offered_resources(partitions: Iterable[NodePartition]) -> frozenset[str]:
+    """Resource names some healthy DRA GPU serves: the MIG profiles of its model, or
+    ``nvidia.com/gpu.shared`` for a GPU its agent offers as MPS shares."""
     names: set[str] = set()
     for partition in partitions:
         for gpu in partition.status.gpus if partition.status else []:
+            if not gpu.healthy:
+                continue
             model = _model(gpu.model) if gpu.model and gpu.mode == "mig" else None
-            if model is not None and gpu.healthy:
-                names.update(p.name for p in model.profiles)
+            if model is not None:
+                names.update(p.resource_name for p in model.profiles)
+            elif gpu.mode == "mps" and gpu.mps is not None:
+                names.add(catalogue.MPS_SHARED_RESOURCE)
     return frozenset(names)
 
 
-def servable(requests: Mapping[str, int], profiles: frozenset[str]) -> bool:
-    """Every GPU resource the pod asks is a MIG slice some DRA GPU offers (DeviceClasses map
-    only MIG profiles; whole GPUs and shares stay with the device plugins)."""
-    if not requests:
-        return False
-    for resource in requests:
-        if (not resource.startswith(catalogue.MIG_RESOURCE_PREFIX)
-                or resource.endswith(catalogue.SHARED_SUFFIX)):
-            return False
-        if catalogue.profile_name_from_resource(resource) not in profiles:
-            return False
-    return True
+def servable(requests: Mapping[str, int], offered: frozenset[str]) -> bool:
+    """Every GPU resource the pod asks is one some DRA GPU serves (DeviceClasses map MIG
+    profiles and MPS shares; whole GPUs and MIG-slice shares stay with the device plugins)."""
+    return bool(requests) and all(resource in offered for resource in requests)
 
 
-def unservable_profiles(requests: Mapping[str, int], profiles: frozenset[str]) -> list[str]:
-    """The MIG resources the pod asks that no DRA GPU offers (empty for non-MIG requests:
+def unservable_profiles(requests: Mapping[str, int], offered: frozenset[str]) -> list[str]:
+    """The MIG resources the pod asks that no DRA GPU offers (empty for other requests:
     those never were DRA's to serve)."""
     return sorted(r for r in requests
                   if r.startswith(catalogue.MIG_RESOURCE_PREFIX)
-                  and not r.endswith(catalogue.SHARED_SUFFIX)
-                  and catalogue.profile_name_from_resource(r) not in profiles)
+                  and not r.endswith(catalogue.SHARED_SUFFIX) and r not in offered)
 
 
 def models_of(partitions: Iterable[NodePartition]) -> list[str]:
@@ -98,24 +94,24 @@ def models_of(partitions: Iterable[NodePartition]) -> list[str]:
 
 def dra_nodes(raw_nodes: Mapping[str, Mapping[str, Any]],
               partitions: Mapping[str, NodePartition]) -> list[tuple[Node, frozenset[str]]]:
-    """The DRA nodes as the scheduler filters them (labels, taints), each with the profiles
-    its GPUs offer."""
+    """The DRA nodes as the scheduler filters them (labels, taints), each with the resources
+    its GPUs serve."""
     found = []
     for name, partition in sorted(partitions.items()):
         raw = raw_nodes.get(name)
         if raw is None:
             continue
         found.append((Node(name=name, labels=tuple(sorted(node_labels(raw).items())),
-                           taints=node_taints(raw)), offered_profiles([partition])))
+                           taints=node_taints(raw)), offered_resources([partition])))
     return found
 
 
 def admitted(pod: PendingPod, selector: Mapping[str, str],
              nodes: Iterable[tuple[Node, frozenset[str]]]) -> bool:
     """Some DRA node would take the pod once ``selector`` is added to its node selector: its
-    labels, affinity and tolerations allow it, and its GPUs offer every profile asked. A pod
+    labels, affinity and tolerations allow it, and its GPUs serve every resource asked. A pod
     aimed at device-plugin nodes (a node selector no DRA node has) stays with the planner."""
-    wanted = {catalogue.profile_name_from_resource(r) for r, _n in pod.requests}
+    wanted = {r for r, _n in pod.requests}
     pinned = replace(pod, node_selector=(*pod.node_selector, *sorted(selector.items())))
     return any(wanted <= offered and rejection(pinned, node) is None for node, offered in nodes)
 

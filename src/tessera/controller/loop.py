@@ -400,16 +400,16 @@ class Controller:
         """Hand gated pods DRA can serve to the scheduler; curate; return the other pods."""
         state = self.state
         selector = dict(self.settings.dra_node_selector)
-        profiles = dra.offered_profiles(on_dra.values())
+        offered = dra.offered_resources(on_dra.values())
         kept: dict[str, RawObject] = {}
         exempt: set[str] = set()
         for key, pod in pods.items():
             facts = self.cache.facts(key, pod)
             node = pod.get("spec", {}).get("nodeName")
             if (facts.terminal or not facts.requests
-                    or not dra.servable(facts.requests, profiles) or (node and node not in on_dra)):
+                    or not dra.servable(facts.requests, offered) or (node and node not in on_dra)):
                 if not node and not facts.terminal and key not in state.dra_told:
-                    missing = dra.unservable_profiles(facts.requests, profiles)
+                    missing = dra.unservable_profiles(facts.requests, offered)
                     if missing:
                         state.dra_told.add(key)
                         self.writer.pod_event(
@@ -432,7 +432,8 @@ class Controller:
                         else dra.admitted(facts.pending, selector, dra_nodes)):
                 if facts.waiting:  # the scheduler found no device: curation must not hide one
                     exempt.update(catalogue.profile_name_from_resource(r)
-                                  for r in facts.requests)
+                                  for r in facts.requests
+                                  if r.startswith(catalogue.MIG_RESOURCE_PREFIX))
                 continue
             kept[key] = pod
         state.dra_released &= {k for k, p in pods.items() if demand.is_gated(p)}

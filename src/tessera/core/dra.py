@@ -37,6 +37,10 @@ __all__ = [
     "DRIVER",
     "MAX_COUNTERS_PER_SET",
     "MAX_DEVICES_PER_SLICE",
+    "MODE_MIG",
+    "MODE_MPS",
+    "MPS_DEVICE_CLASS",
+    "SHARES",
     "TAINT_CURATED",
     "TAINT_UNHEALTHY",
     "DeviceOffer",
@@ -50,6 +54,7 @@ __all__ = [
     "device_name",
     "devices",
     "fits",
+    "mps_device_name",
     "profile_label",
 ]
 
@@ -92,6 +97,20 @@ def profile_label(profile: str) -> str:
 def device_name(gpu_index: int, item: Slice) -> str:
     """``gpu-0-1g10gb-at-6``: the device of GPU ``gpu_index``'s placement ``item``."""
     return f"gpu-{gpu_index}-{profile_label(item.profile)}-at-{item.start}"
+
+
+MODE_MIG = "mig"
+MODE_MPS = "mps"
+"""The ``mode`` attribute of every device: a MIG placement, or MPS shares of a whole GPU."""
+SHARES = "shares"
+"""The consumable capacity of an MPS device: each allocation takes shares of the GPU."""
+MPS_DEVICE_CLASS = f"gpu-shared.{DRIVER}"
+"""The DeviceClass of MPS shares; its ``extendedResourceName`` is ``nvidia.com/gpu.shared``."""
+
+
+def mps_device_name(gpu_index: int) -> str:
+    """``gpu-3-mps``: GPU 3 shared through MPS, one device allocated many times over."""
+    return f"gpu-{gpu_index}-mps"
 
 
 def counter_set_name(gpu_index: int) -> str:

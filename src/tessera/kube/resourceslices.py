@@ -28,7 +28,14 @@ from tessera.core import dra
 from tessera.core.catalogue import GpuModel
 from tessera.core.layout import Slice
 
-__all__ = ["ClaimDevice", "GpuPublication", "ResourceClaims", "ResourceSlices", "render_pool"]
+__all__ = [
+    "ClaimDevice",
+    "GpuPublication",
+    "MpsPublication",
+    "ResourceClaims",
+    "ResourceSlices",
+    "render_pool",
+]
 
 GROUP, VERSION = "resource.k8s.io", "v1"
 HASH_ANNOTATION = f"{dra.DRIVER}/rendered-hash"
@@ -39,7 +46,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class GpuPublication:
-    """What one GPU publishes: its placements, minus what is held outside DRA, with taints."""
+    """What one MIG GPU publishes: its placements, minus what is held outside DRA, with
+    taints."""
 
     index: int
     uuid: str
@@ -47,6 +55,19 @@ class GpuPublication:
     held: tuple[Slice, ...] = ()
     taints: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     """Device name -> (taint key, value) pairs, each ``NoSchedule``."""
+
+
+@dataclass(frozen=True)
+class MpsPublication:
+    """A GPU without MIG shared through MPS: one device with ``shares`` of consumable capacity
+    (each allocation takes one share unless the claim asks more), allocated many times over."""
+
+    index: int
+    uuid: str
+    card: str
+    memory_mib: int
+    shares: int
+    taints: tuple[tuple[str, str], ...] = ()
 
 
 def _quantity(value: int) -> dict[str, str]:
@@ -58,6 +79,7 @@ def _device(gpu: GpuPublication, offer: dra.DeviceOffer) -> dict[str, Any]:
     body: dict[str, Any] = {
         "name": offer.name,
         "attributes": {
+            "mode": {"string": dra.MODE_MIG},
             "profile": {"string": profile.name},
             "model": {"string": gpu.model.name},
             "uuid": {"string": gpu.uuid},
@@ -80,7 +102,31 @@ def _device(gpu: GpuPublication, offer: dra.DeviceOffer) -> dict[str, Any]:
     return body
 
 
-def render_pool(node: str, gpus: Sequence[GpuPublication]) -> dict[str, dict[str, Any]]:
+def _mps_device(gpu: MpsPublication) -> dict[str, Any]:
+    shares = str(gpu.shares)
+    body: dict[str, Any] = {
+        "name": dra.mps_device_name(gpu.index),
+        "attributes": {"mode": {"string": dra.MODE_MPS}, "model": {"string": gpu.card},
+                       "uuid": {"string": gpu.uuid}, "index": {"int": gpu.index},
+                       "shareMemoryMiB": {"int": gpu.memory_mib // gpu.shares}},
+        # Only the shares are consumable: an allocation that asks nothing of a capacity without
+        # a request policy consumes all of it (fillEmptyRequest in k8s.io/dynamic-resource-
+        # allocation), so a memory capacity here would let one pod take the whole device, as
+        # the e2e test found. A share's memory is an attribute instead.
+        "capacity": {
+            dra.SHARES: {"value": shares, "requestPolicy": {
+                "default": "1", "validRange": {"min": "1", "max": shares, "step": "1"}}},
+        },
+        "allowMultipleAllocations": True,
+    }
+    if gpu.taints:
+        body["taints"] = [{"key": key, "value": value, "effect": "NoSchedule"}
+                          for key, value in gpu.taints]
+    return body
+
+
+def render_pool(node: str, gpus: Sequence[GpuPublication],
+                shared: Sequence[MpsPublication] = ()) -> dict[str, dict[str, Any]]:
     """Slice name -> spec (without ``pool.generation``) for the node's whole pool."""
     specs: dict[str, dict[str, Any]] = {}
     ordered = sorted(gpus, key=lambda g: g.index)
@@ -94,6 +140,8 @@ def render_pool(node: str, gpus: Sequence[GpuPublication]) -> dict[str, dict[str
     for gpu in ordered:
         specs[f"{node}-{dra.DRIVER}-gpu-{gpu.index}"] = {
             "devices": [_device(gpu, offer) for offer in dra.devices(gpu.model, gpu.index)]}
+    for mps in sorted(shared, key=lambda g: g.index):
+        specs[f"{node}-{dra.DRIVER}-gpu-{mps.index}"] = {"devices": [_mps_device(mps)]}
     for spec in specs.values():
         spec.update({"driver": dra.DRIVER, "nodeName": node})
         spec["pool"] = {"name": node, "resourceSliceCount": len(specs)}
@@ -185,6 +233,10 @@ class ClaimDevice:
     driver: str
     pool: str
     device: str
+    share_id: str | None = None
+    """Set when the device is allocated many times over (consumable capacity)."""
+    shares: int = 1
+    """The ``shares`` capacity this allocation consumes (MPS devices)."""
 
 
 class ResourceClaims:
@@ -206,4 +258,16 @@ class ResourceClaims:
         results = (raw.get("status", {}).get("allocation", {}).get("devices", {})
                    .get("results", []))
         return [ClaimDevice(r.get("request", ""), r.get("driver", ""), r.get("pool", ""),
-                            r.get("device", "")) for r in results]
+                            r.get("device", ""), r.get("shareID"), _shares(r))
+                for r in results]
+
+
+def _shares(result: Mapping[str, Any]) -> int:
+    """Shares an allocation consumes: ``consumedCapacity`` names it by the capacity's name,
+    qualified with the driver's domain or not."""
+    consumed = result.get("consumedCapacity") or {}
+    value = consumed.get(dra.SHARES, consumed.get(f"{dra.DRIVER}/{dra.SHARES}", "1"))
+    try:
+        return max(1, int(str(value)))
+    except ValueError:
+        return 1

@@ -124,11 +124,12 @@ class TesseraDeployment:
 
     def add_gpu_node(self, name: str, labels: Mapping[str, str], models: Sequence[str],
                      *, mig: bool = False, resync_s: float = 1.0, mps: bool = False,
-                     api: str = "device-plugin") -> Node:
+                     api: str = "device-plugin", dra_mps_shares: int = 4) -> Node:
         """A real kubelet with ``tessera agent`` beside it on a simulated node of ``models``;
         ``mps`` gives the agent MPS, with the stand-in ``nvidia-cuda-mps-control``; ``api``
         ``dra`` runs the agent as the node's DRA driver (registered in the kubelet's plugin
-        registry under its root dir) instead of its device plugins."""
+        registry under its root dir) instead of its device plugins, offering GPUs without MIG
+        as ``dra_mps_shares`` MPS shares when ``mps``."""
 
         def start_agent(node: Node) -> None:
             kubeconfig = self.agent_kubeconfig_for(node.name)
@@ -151,6 +152,8 @@ class TesseraDeployment:
                           "--dra-plugin-dir",
                           str(node.kubelet_root_dir / "plugins" / "gpu.tessera.dev"),
                           "--cdi-dir", str(node.root / "cdi")]
+                if mps:
+                    extra += ["--dra-mps-shares", str(dra_mps_shares)]
             node.spawn("agent", [
                 sys.executable, "-m", "tessera.cli.main", "agent", "--node-name", node.name,
                 "--kubeconfig", str(kubeconfig), "--nvml", f"sim:{state}",
