@@ -302,3 +302,22 @@ def test_a_share_starts_the_gpus_mps_daemon_and_hands_its_pipe_and_limits(
     assert driver.mps_status()[uuid].daemon == "Running", "a share is still out"
     driver.unprepare(ClaimRef("default", "uid-b", "b"))
     assert driver.mps_status()[uuid].daemon == "Stopped", "the last share stops the daemon"
+
+
+def test_kept_slices_are_reused_or_make_room_and_stay_offered(
+        agent_node: AgentNode, tmp_path: Path) -> None:
+    claims, pool = Claims(), Pool()
+    driver = DraDriver(NODE, agent_node.runtime, claims, pool, tmp_path / "keep",
+                       keep_slices=True)
+    driver.publish()
+    first = claims.allocate("a", "gpu-0-3g40gb-at-4")
+    (made,) = driver.prepare(first).devices
+    driver.unprepare(first)
+    driver.publish()
+    assert agent_node.layout(0) == {"3g.40gb@4"}, "kept on the card"
+    assert pool.counters(0)["compute-slices"] == 7, "and offered as free room"
+    (again,) = driver.prepare(claims.allocate("b", "gpu-0-3g40gb-at-4")).devices
+    assert again.cdi_device_ids == made.cdi_device_ids, "the same placement reuses it"
+    driver.unprepare(ClaimRef("default", "uid-b", "b"))
+    driver.prepare(claims.allocate("c", "gpu-0-7g80gb-at-0"))
+    assert agent_node.layout(0) == {"7g.80gb@0"}, "a placement that needs its room replaces it"

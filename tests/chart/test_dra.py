@@ -47,6 +47,10 @@ def test_a_node_runs_the_device_plugin_agent_or_the_dra_one_never_both(
     args = on_dra["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--api=dra" in args
     assert "--plugins-registry=/var/lib/kubelet/plugins_registry" in args
+    assert "--dra-keep-slices" not in args
+    kept = _by_kind(render(binaries, "dra.enabled=true", "dra.keepSlices=true"), "DaemonSet")
+    assert "--dra-keep-slices" in kept["tessera-agent-dra"]["spec"]["template"]["spec"][
+        "containers"][0]["args"]
     (controller,) = _by_kind(docs, "Deployment").values()
     assert "--dra-node-selector=pool=dra-a100,tessera.dev/api=dra" in (
         controller["spec"]["template"]["spec"]["containers"][0]["args"])

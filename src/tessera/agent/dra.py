@@ -35,7 +35,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tessera.agent.mps import MpsManager
 from tessera.agent.node import NodeRuntime
-from tessera.agent.observation import GpuObservation, NodeObservation
+from tessera.agent.observation import GpuObservation, NodeObservation, ObservedInstance
 from tessera.agent.reconcile import StartMps, StopMps
 from tessera.agent.reconciler import ReconcileResult, utc_now
 from tessera.agent.status import dra_status
@@ -43,7 +43,7 @@ from tessera.api.v1alpha1 import MpsStatus, NodePartition
 from tessera.core import catalogue, dra
 from tessera.core.catalogue import GpuModel, WholeGpu
 from tessera.core.errors import BackendError
-from tessera.core.layout import Slice
+from tessera.core.layout import Slice, conflict_with
 from tessera.kube.resourceslices import ClaimDevice, GpuPublication, MpsPublication, render_pool
 from tessera.kubelet.allocation import MPS_MEMORY_ENV, MPS_PIPE_ENV, MPS_THREADS_ENV
 from tessera.kubelet.dra import ClaimRef, PreparedClaim, PreparedDevice
@@ -111,7 +111,8 @@ class DraDriver:
     def __init__(self, node: str, runtime: NodeRuntime, claims: ClaimSource, pool: PoolWriter,
                  state_dir: Path, *, cdi_dir: Path | None = None,
                  curated: Callable[[], Mapping[str, Iterable[str]]] = dict,
-                 mps: MpsManager | None = None, mps_shares: int = 0) -> None:
+                 mps: MpsManager | None = None, mps_shares: int = 0,
+                 keep_slices: bool = False) -> None:
         self.node = node
         self.runtime = runtime
         self.backend: GpuBackend = runtime.backend
@@ -124,6 +125,9 @@ class DraDriver:
         self.mps = mps
         self.mps_shares = mps_shares if mps is not None else 0
         """Shares each GPU without MIG offers through MPS (0: such GPUs are not offered)."""
+        self.keep_slices = keep_slices
+        """Unprepare leaves the slice on the card, free (a pod of the same placement starts
+        without a create); a prepare that needs its room destroys it first."""
         self._lock = threading.RLock()
         self._checkpoint = state_dir / "checkpoint.json"
         self._prepared: dict[str, _Claim] = self._load()
@@ -240,7 +244,8 @@ class DraDriver:
                 if model is None:
                     continue
                 held = tuple(sorted(i.slice for i in gpu.instances
-                                    if (gpu.info.uuid, i.slice) not in owned))
+                                    if (gpu.info.uuid, i.slice) not in owned
+                                    and not self._kept(i)))
                 taints: dict[str, tuple[tuple[str, str], ...]] = {}
                 for offer in dra.devices(model, gpu.index):
                     marks: list[tuple[str, str]] = []
@@ -279,16 +284,23 @@ class DraDriver:
             switched = True
         return self.runtime.refresh() if switched else observation
 
+    def _kept(self, instance: ObservedInstance) -> bool:
+        """A free slice kept for reuse: offered like empty room (a prepare adopts it, or
+        destroys it when it needs the room), not held out of the counters."""
+        return self.keep_slices and not instance.in_use and instance.mig_uuid is not None
+
     def _destroy_strays(self, observation: NodeObservation) -> NodeObservation:
         """Destroy free slices no claim owns (a crash between create and record, or a node
-        switched from the device plugin); in-use ones stay, held out of the counters."""
+        switched from the device plugin), unless slices are kept; in-use ones stay, held out
+        of the counters."""
         owned = self._owned()
         destroyed = False
         for gpu in observation.gpus:
             if self._model(gpu) is None:
                 continue
             for instance in gpu.instances:
-                if (gpu.info.uuid, instance.slice) in owned or instance.in_use:
+                if ((gpu.info.uuid, instance.slice) in owned or instance.in_use
+                        or self._kept(instance)):
                     continue
                 if instance.mig_uuid and self.backend.processes(instance.mig_uuid):
                     continue
@@ -380,6 +392,7 @@ class DraDriver:
                 continue
             existing = self._find(record)
             if existing is None:
+                self._make_room(record)
                 instance = self.backend.create_slice(record.gpu_index, record.profile,
                                                      record.start)
                 if instance.uuid is None:
@@ -391,6 +404,32 @@ class DraDriver:
             if record.mig_uuid is None:
                 raise PrepareError(f"{record.slice} on GPU {record.gpu_index} has no MIG device")
             self._save()
+
+    def _make_room(self, record: _Record) -> None:
+        """Destroy the kept free slices that stand where ``record``'s slice goes (the
+        scheduler counted their room as free). Owned or busy slices are never touched: if one
+        is in the way, the create fails and says so."""
+        model = catalogue.find_model(next(
+            g.info.model or "" for g in (self.runtime.latest or NodeObservation()).gpus
+            if g.info.uuid == record.gpu_uuid))
+        if model is None or not self.keep_slices:
+            return
+        owned = self._owned()
+        left = {Slice(i.profile, i.start): i for i in self.backend.gpu_instances(record.gpu_index)}
+        wanted = record.slice.placement(model)
+        # the ones overlapping the new slice first, then any other (count, compute, engines)
+        for item in sorted(left, key=lambda it: (not it.placement(model).overlaps(wanted), it)):
+            if conflict_with(model, list(left), record.slice) is None:
+                return
+            instance = left[item]
+            if (record.gpu_uuid, item) in owned or instance.uuid is None:
+                continue
+            if self.backend.processes(instance.uuid):
+                continue
+            log.info("destroying kept %s on GPU %d for %s", item, record.gpu_index,
+                     record.device)
+            self.backend.destroy_slice(record.gpu_index, instance.id)
+            del left[item]
 
     def _start_mps(self, record: _Record) -> None:
         """The GPU's MPS daemon, with the node's share settings (idempotent)."""
@@ -432,7 +471,7 @@ class DraDriver:
             if entry is None:
                 return None  # never prepared here, or unprepared already
             for record in entry.devices:
-                if record.kind == dra.MODE_MIG:
+                if record.kind == dra.MODE_MIG and not self.keep_slices:
                     self._destroy(record)
             del self._prepared[claim.uid]
             self._save()

@@ -120,6 +120,10 @@ def register(commands: Any) -> None:
     agent.add_argument("--dra-mps-shares", type=int, default=0, metavar="N",
                        help="--api dra: offer each GPU without MIG as N MPS shares (one device "
                        "with consumable capacity; needs --mps-root); 0: not offered")
+    agent.add_argument("--dra-keep-slices", action="store_true",
+                       help="--api dra: leave a released claim's slice on the card, free, so "
+                       "the next pod of that placement starts without a create (a claim that "
+                       "needs its room destroys it first)")
     agent.add_argument("--cdi-dir", default="/var/run/cdi",
                        help="where CDI specs of prepared devices are written (--api dra; "
                        "empty: none)")
@@ -224,7 +228,8 @@ def _dra_runner(args: argparse.Namespace, api: Any, backend: GpuBackend,
                                 "daemons' pipes live), e.g. --mps-root /run/tessera/mps")
     driver = DraDriver(args.node_name, runtime, ResourceClaims(api), ResourceSlices(api),
                        plugin_dir, cdi_dir=Path(args.cdi_dir) if args.cdi_dir else None,
-                       mps=mps, mps_shares=args.dra_mps_shares)
+                       mps=mps, mps_shares=args.dra_mps_shares,
+                       keep_slices=args.dra_keep_slices)
     server = DraPluginServer(dra.DRIVER, driver, plugins_registry_dir=args.plugins_registry,
                              plugin_dir=plugin_dir)
     runner = AgentRunner(args.node_name, runtime, DraReconciler(driver), NodePartitions(api),
