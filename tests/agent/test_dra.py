@@ -321,3 +321,21 @@ def test_kept_slices_are_reused_or_make_room_and_stay_offered(
     driver.unprepare(ClaimRef("default", "uid-b", "b"))
     driver.prepare(claims.allocate("c", "gpu-0-7g80gb-at-0"))
     assert agent_node.layout(0) == {"7g.80gb@0"}, "a placement that needs its room replaces it"
+
+
+def test_prepares_and_pool_writes_are_counted(parts: tuple[DraDriver, Claims, Pool]) -> None:
+    driver, claims, _pool = parts
+    registry = driver.metrics.registry
+    writes = registry.get_sample_value("tessera_agent_dra_pool_writes_total")
+    assert writes == 1, "the first publish wrote the pool"
+    driver.prepare(claims.allocate("a", "gpu-0-1g10gb-at-6"))
+    with pytest.raises(PrepareError):
+        driver.prepare(claims.allocate("b", "gpu-9-1g10gb-at-6"))
+    driver.publish()
+    assert registry.get_sample_value("tessera_agent_dra_claims_total",
+                                     {"operation": "prepare", "result": "ok"}) == 1
+    assert registry.get_sample_value("tessera_agent_dra_claims_total",
+                                     {"operation": "prepare", "result": "failed"}) == 1
+    assert registry.get_sample_value("tessera_agent_dra_prepare_seconds_count") == 1
+    assert registry.get_sample_value("tessera_agent_dra_pool_writes_total") == writes, \
+        "a slice allocated through DRA changes no counter: nothing to rewrite"

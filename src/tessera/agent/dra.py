@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
+from tessera.agent.metrics import AgentMetrics
 from tessera.agent.mps import MpsManager
 from tessera.agent.node import NodeRuntime
 from tessera.agent.observation import GpuObservation, NodeObservation, ObservedInstance
@@ -112,7 +113,7 @@ class DraDriver:
                  state_dir: Path, *, cdi_dir: Path | None = None,
                  curated: Callable[[], Mapping[str, Iterable[str]]] = dict,
                  mps: MpsManager | None = None, mps_shares: int = 0,
-                 keep_slices: bool = False) -> None:
+                 keep_slices: bool = False, metrics: AgentMetrics | None = None) -> None:
         self.node = node
         self.runtime = runtime
         self.backend: GpuBackend = runtime.backend
@@ -125,6 +126,7 @@ class DraDriver:
         self.mps = mps
         self.mps_shares = mps_shares if mps is not None else 0
         """Shares each GPU without MIG offers through MPS (0: such GPUs are not offered)."""
+        self.metrics = metrics or AgentMetrics()
         self.keep_slices = keep_slices
         """Unprepare leaves the slice on the card, free (a pod of the same placement starts
         without a create); a prepare that needs its room destroys it first."""
@@ -265,7 +267,10 @@ class DraDriver:
                     shared.append(MpsPublication(gpu.index, gpu.info.uuid, card.name,
                                                  gpu.info.memory_total_mib, self.mps_shares,
                                                  sick))
-            return self.pool.sync(self.node, render_pool(self.node, gpus, shared))
+            written = self.pool.sync(self.node, render_pool(self.node, gpus, shared))
+            if written:
+                self.metrics.dra_pool_writes.inc()
+            return written
 
     def _mig_mode_on(self, observation: NodeObservation) -> NodeObservation:
         """Turn MIG mode on for idle MIG-capable cards: a DRA node serves MIG placements only
@@ -317,6 +322,17 @@ class DraDriver:
     def prepare(self, claim: ClaimRef) -> PreparedClaim:
         """Create the claim's slices (raises :class:`PrepareError`, whose message the kubelet
         shows on the pod; nothing is left half-made)."""
+        started = time.perf_counter()
+        try:
+            prepared = self._prepare(claim)
+        except Exception:
+            self.metrics.dra_claims.labels("prepare", "failed").inc()
+            raise
+        self.metrics.dra_claims.labels("prepare", "ok").inc()
+        self.metrics.dra_prepare_seconds.observe(time.perf_counter() - started)
+        return prepared
+
+    def _prepare(self, claim: ClaimRef) -> PreparedClaim:
         with self._lock:
             done = self._prepared.get(claim.uid)
             if done is not None and done.ready:
@@ -466,6 +482,15 @@ class DraDriver:
 
     def unprepare(self, claim: ClaimRef) -> str | None:
         """Destroy the claim's slices; idempotent (an unknown claim is done already)."""
+        try:
+            outcome = self._unprepare(claim)
+        except Exception:
+            self.metrics.dra_claims.labels("unprepare", "failed").inc()
+            raise
+        self.metrics.dra_claims.labels("unprepare", "ok").inc()
+        return outcome
+
+    def _unprepare(self, claim: ClaimRef) -> str | None:
         with self._lock:
             entry = self._prepared.get(claim.uid)
             if entry is None:

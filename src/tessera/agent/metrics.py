@@ -32,6 +32,16 @@ class AgentMetrics:
                                        "Devices the kubelet has allocated to pods", registry=r)
         self.mps_daemons_up = Gauge("tessera_agent_mps_daemons_up",
                                     "MPS control daemons running", registry=r)
+        self.dra_claims = Counter(
+            "tessera_agent_dra_claims_total", "DRA claims the kubelet asked this node to "
+            "prepare or unprepare, by result", ["operation", "result"], registry=r)
+        self.dra_prepare_seconds = Histogram(
+            "tessera_agent_dra_prepare_seconds", "One DRA claim's prepare (read the claim, make "
+            "the slice or start MPS, write the CDI spec)",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30), registry=r)
+        self.dra_pool_writes = Counter(
+            "tessera_agent_dra_pool_writes_total", "Times this DRA node rewrote its "
+            "ResourceSlices (a new pool generation)", registry=r)
 
     def record(self, result: ReconcileResult) -> None:
         self.reconcile_seconds.observe(result.seconds)

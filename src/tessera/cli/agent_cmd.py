@@ -229,7 +229,7 @@ def _dra_runner(args: argparse.Namespace, api: Any, backend: GpuBackend,
     driver = DraDriver(args.node_name, runtime, ResourceClaims(api), ResourceSlices(api),
                        plugin_dir, cdi_dir=Path(args.cdi_dir) if args.cdi_dir else None,
                        mps=mps, mps_shares=args.dra_mps_shares,
-                       keep_slices=args.dra_keep_slices)
+                       keep_slices=args.dra_keep_slices, metrics=metrics)
     server = DraPluginServer(dra.DRIVER, driver, plugins_registry_dir=args.plugins_registry,
                              plugin_dir=plugin_dir)
     runner = AgentRunner(args.node_name, runtime, DraReconciler(driver), NodePartitions(api),
