@@ -67,3 +67,19 @@ def test_the_table_reads_like_kubectl_get() -> None:
 def test_a_node_filter_keeps_that_node() -> None:
     status = build_status({"node-a": _partition()}, PREVIEW, node="node-b")
     assert (status.gpus, status.waiting, status.in_flight) == ([], [], [])
+
+
+def test_a_dra_node_shows_its_claims_slices_or_that_any_placement_is_free() -> None:
+    dra = NodePartition.model_validate({
+        "metadata": {"name": "dra-a"},
+        "status": {"api": "dra", "gpus": [
+            {**A100, "slices": [{"profile": "3g.40gb", "start": 4, "gpuInstanceId": 2,
+                                 "uuid": "MIG-a", "allocated": True,
+                                 "pods": ["ml/claim-x"]}]},
+            {**A100, "index": 1, "uuid": "GPU-00000000-0000-0000-0000-000000000009"}]}})
+    status = build_status({"dra-a": dra}, Plan(gpus=(), placements=(), unplaced=(),
+                                                solver="fast"))
+    busy, idle = status.gpus
+    assert (busy.mode, [(s.slice, s.state, s.pods) for s in busy.slices]) == (
+        "mig (dra)", [("3g.40gb@4", "allocated", ["ml/claim-x"])])
+    assert [(s.slice, s.state) for s in idle.slices] == [("any placement", "free")]

@@ -128,3 +128,13 @@ def test_servable_means_every_request_is_something_a_dra_gpu_serves() -> None:
     assert not dra.servable({"nvidia.com/mig-1g.10gb.shared": 1}, offered)
     assert not dra.servable({"nvidia.com/mig-2g.20gb": 1}, offered)
     assert not dra.servable({}, offered)
+
+
+def test_the_preview_leaves_dra_nodes_and_their_pods_to_the_scheduler() -> None:
+    cache, _recorder, controller, _clock = setup(dra_node_selector=SELECTOR)
+    cache.put("node", "ADDED", dra_node("dra-a"))
+    cache.put("nodepartition", "ADDED", dra_partition("dra-a", [[]]))
+    cache.put("pod", "ADDED", pod("p1"))
+    plan = controller.preview()
+    assert plan.placements == ()
+    assert plan.unplaced == (), "a pod DRA takes is no planner's verdict"

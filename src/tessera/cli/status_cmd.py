@@ -86,11 +86,17 @@ def build_status(partitions: Mapping[str, NodePartition], preview: Plan,
         if wanted and wanted != applied:
             in_flight.append((name, wanted, applied or "-"))
         specs = {g.index: g for g in partition.spec.gpus}
+        on_dra = partition.status is not None and partition.status.api == "dra"
         for observed in partition.status.gpus if partition.status else []:
             spec = specs.get(observed.index)
-            row = GpuRow(name, observed.index, observed.model or observed.name, observed.mode,
+            row = GpuRow(name, observed.index, observed.model or observed.name,
+                         f"{observed.mode} (dra)" if on_dra else observed.mode,
                          observed.healthy)
-            if observed.mode == "mig":
+            if observed.mode == "mig" and on_dra:
+                # the scheduler picks placements: slices exist only for prepared claims
+                row.slices = _mig_rows(set(), observed.slices) or [
+                    SliceRow("any placement", "free")]
+            elif observed.mode == "mig":
                 wanted_slices = {f"{s.profile}@{s.start}" for s in spec.slices} if (
                     spec is not None and spec.mode == "mig") else set()
                 row.slices = _mig_rows(wanted_slices, observed.slices)

@@ -249,6 +249,18 @@ class _State:
     """What the last curation was computed from (the DRA partitions by identity, exemptions)."""
 
 
+@dataclass
+class _DraSorting:
+    kept: dict[str, RawObject] = field(default_factory=dict)
+    """Pods the planner handles (device-plugin nodes)."""
+    hand_over: list[str] = field(default_factory=list)
+    """Gated pods a DRA node would take: released to the scheduler."""
+    exempt: set[str] = field(default_factory=set)
+    """Profiles of DRA pods the scheduler could not place: not curated away."""
+    unmatched: dict[str, list[str]] = field(default_factory=dict)
+    """Pods asking MIG resources no DRA GPU offers."""
+
+
 def _demand_mix(pods: Iterable[planner.PendingPod]) -> dict[str, float]:
     """Units per resource the waiting pods ask: the demand placements keep capacity usable
     for (the whole backlog's mix, not one bounded batch's, which over-weights rare shapes)."""
@@ -394,52 +406,63 @@ class Controller:
         self._release(pods, bound, nodes, partitions,
                       inflight=inflight | set(self.state.written), now=now)
 
+    def _sort_dra(self, pods: Mapping[str, RawObject],
+                  dra_nodes: Sequence[tuple[planner.Node, frozenset[str]]],
+                  on_dra: Mapping[str, NodePartition]) -> _DraSorting:
+        """Which pods are DRA's (to hand over, or handed over already) and which the planner
+        keeps; pure, so :meth:`preview` shows what a tick would do."""
+        selector = dict(self.settings.dra_node_selector)
+        offered = dra.offered_resources(on_dra.values())
+        found = _DraSorting()
+        for key, pod in pods.items():
+            facts = self.cache.facts(key, pod)
+            node = pod.get("spec", {}).get("nodeName")
+            if (facts.terminal or not facts.requests
+                    or not dra.servable(facts.requests, offered) or (node and node not in on_dra)):
+                if not node and not facts.terminal:
+                    missing = dra.unservable_profiles(facts.requests, offered)
+                    if missing:
+                        found.unmatched[key] = missing
+                found.kept[key] = pod
+            elif demand.is_gated(pod):
+                if dra.admitted(facts.pending, selector, dra_nodes):
+                    found.hand_over.append(key)
+                else:
+                    found.kept[key] = pod  # aimed elsewhere (node selector, affinity): planned
+            elif node or (dra.is_dra_pod(pod, selector) if selector
+                          else dra.admitted(facts.pending, selector, dra_nodes)):
+                if facts.waiting:  # the scheduler found no device: curation must not hide one
+                    found.exempt.update(catalogue.profile_name_from_resource(r)
+                                        for r in facts.requests
+                                        if r.startswith(catalogue.MIG_RESOURCE_PREFIX))
+            else:
+                found.kept[key] = pod
+        return found
+
     def _serve_dra(self, pods: Mapping[str, RawObject],
                    dra_nodes: Sequence[tuple[planner.Node, frozenset[str]]],
                    on_dra: Mapping[str, NodePartition]) -> dict[str, RawObject]:
         """Hand gated pods DRA can serve to the scheduler; curate; return the other pods."""
         state = self.state
         selector = dict(self.settings.dra_node_selector)
-        offered = dra.offered_resources(on_dra.values())
-        kept: dict[str, RawObject] = {}
-        exempt: set[str] = set()
-        for key, pod in pods.items():
-            facts = self.cache.facts(key, pod)
-            node = pod.get("spec", {}).get("nodeName")
-            if (facts.terminal or not facts.requests
-                    or not dra.servable(facts.requests, offered) or (node and node not in on_dra)):
-                if not node and not facts.terminal and key not in state.dra_told:
-                    missing = dra.unservable_profiles(facts.requests, offered)
-                    if missing:
-                        state.dra_told.add(key)
-                        self.writer.pod_event(
-                            key, "NoDraMatch", f"no DRA node offers {', '.join(missing)}: "
-                            f"their GPUs ({', '.join(dra.models_of(on_dra.values()))}) have no "
-                            "such MIG profile; only device-plugin nodes can take this pod", True)
-                kept[key] = pod
-                continue
-            if demand.is_gated(pod):
-                if not dra.admitted(facts.pending, selector, dra_nodes):
-                    kept[key] = pod  # aimed elsewhere (its node selector, affinity): planned
-                    continue
-                if key not in state.dra_released and self.writer.release_to_dra(key, selector):
-                    state.dra_released.add(key)
-                    created = facts.created
-                    self.metrics.record_release(
-                        None if created is None else max(0.0, self._wall() - created))
-                continue
-            if node or (dra.is_dra_pod(pod, selector) if selector
-                        else dra.admitted(facts.pending, selector, dra_nodes)):
-                if facts.waiting:  # the scheduler found no device: curation must not hide one
-                    exempt.update(catalogue.profile_name_from_resource(r)
-                                  for r in facts.requests
-                                  if r.startswith(catalogue.MIG_RESOURCE_PREFIX))
-                continue
-            kept[key] = pod
+        found = self._sort_dra(pods, dra_nodes, on_dra)
+        for key, missing in sorted(found.unmatched.items()):
+            if key not in state.dra_told:
+                state.dra_told.add(key)
+                self.writer.pod_event(
+                    key, "NoDraMatch", f"no DRA node offers {', '.join(missing)}: their GPUs "
+                    f"({', '.join(dra.models_of(on_dra.values()))}) have no such MIG profile; "
+                    "only device-plugin nodes can take this pod", True)
+        for key in found.hand_over:
+            if key not in state.dra_released and self.writer.release_to_dra(key, selector):
+                state.dra_released.add(key)
+                created = self.cache.facts(key, pods[key]).created
+                self.metrics.record_release(
+                    None if created is None else max(0.0, self._wall() - created))
         state.dra_released &= {k for k, p in pods.items() if demand.is_gated(p)}
         state.dra_told &= set(pods)
-        self._curate(on_dra, frozenset(exempt))
-        return kept
+        self._curate(on_dra, frozenset(found.exempt))
+        return found.kept
 
     def _curate(self, on_dra: Mapping[str, NodePartition], exempt: frozenset[str]) -> None:
         """Write each DRA node's ``spec.dra`` where curation changed it."""
@@ -609,6 +632,11 @@ class Controller:
         """What a plan made now would do, writing nothing (``tessera plan --kubeconfig``): the
         snapshot, the waiting pods and the planner exactly as :meth:`tick` would use them."""
         pods, nodes, partitions, policies = self.cache.view()
+        on_dra = dra.dra_partitions(partitions)
+        if on_dra:  # as a tick: DRA's pods and nodes are the scheduler's
+            pods = self._sort_dra(pods, dra.dra_nodes(nodes, on_dra), on_dra).kept
+            nodes = {k: v for k, v in nodes.items() if k not in on_dra}
+            partitions = {k: v for k, v in partitions.items() if k not in on_dra}
         now = self._clock()
         inflight = self._inflight(partitions, now)
         facts = [self.cache.facts(k, p) for k, p in pods.items() if k not in self.state.waiting]
