@@ -118,6 +118,10 @@ def test_the_node_publishes_every_placement_with_the_catalogues_counters(
     assert classes["spec"]["extendedResourceName"] == MIG_1G
     partition = system.partition(NODE)
     assert partition["status"]["api"] == "dra"
+    versions = {s["metadata"]["name"]: s["metadata"]["resourceVersion"] for s in pool}
+    time.sleep(3)  # three agent resyncs
+    assert {s["metadata"]["name"]: s["metadata"]["resourceVersion"]
+            for s in _pool(system)} == versions, "at rest the pool is not rewritten"
 
 
 def test_curation_packs_one_pod_after_another_onto_the_split_gpu(

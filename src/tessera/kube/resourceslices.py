@@ -153,11 +153,25 @@ def _hash(spec: Mapping[str, Any]) -> str:
 
 
 class ResourceSlices:
-    def __init__(self, api: client.ApiClient) -> None:
+    """The node's pool on the API server.
+
+    At rest a sync costs nothing: what was last written is remembered (by hash), and the pool
+    is listed again only when the node wants something else, or every ``verify_every`` syncs
+    (someone else may have changed it: the kubelet deletes a driver's slices when the driver
+    stays unregistered), so an agent's resync does not turn into a LIST per node every few
+    seconds across a large cluster.
+    """
+
+    def __init__(self, api: client.ApiClient, *, verify_every: int = 6) -> None:
         self._api = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
+        self.verify_every = verify_every
+        self._written: dict[str, dict[str, str]] = {}
+        self._since_verify: dict[str, int] = {}
         self.writes = 0
         """Slices created, replaced or deleted (the scale tests watch it stay flat at rest)."""
+        self.lists = 0
+        """Pool LISTs made (at rest: one per ``verify_every`` syncs)."""
 
     def list_pool(self, node: str) -> list[dict[str, Any]]:
         raw = cast(dict[str, Any], self._api.list_cluster_custom_object(
@@ -167,14 +181,22 @@ class ResourceSlices:
 
     def sync(self, node: str, specs: Mapping[str, dict[str, Any]]) -> bool:
         """Make the pool exactly ``specs``; True if anything was written."""
-        existing = {item["metadata"]["name"]: item for item in self.list_pool(node)}
         hashes = {name: _hash(spec) for name, spec in specs.items()}
+        count = self._since_verify.get(node, 0)
+        if self._written.get(node) == hashes and count + 1 < self.verify_every:
+            self._since_verify[node] = count + 1
+            return False
+        self._since_verify[node] = 0
+        self._written.pop(node, None)  # until this sync has made it so
+        existing = {item["metadata"]["name"]: item for item in self.list_pool(node)}
+        self.lists += 1
         generations = {int(item["spec"]["pool"].get("generation", 0))
                        for item in existing.values()}
         unchanged = (set(existing) == set(specs) and len(generations) == 1 and all(
             item["metadata"].get("annotations", {}).get(HASH_ANNOTATION) == hashes[name]
             for name, item in existing.items()))
         if unchanged:
+            self._written[node] = hashes
             return False
         generation = max(generations, default=0) + 1
         owner = self._owner(node)
@@ -195,13 +217,9 @@ class ResourceSlices:
             self.writes += 1
         for name in set(existing) - set(specs):
             self._delete(name)
+        self._written[node] = hashes
         log.info("published pool %s generation %d (%d slices)", node, generation, len(specs))
         return True
-
-    def clear(self, node: str) -> None:
-        """Withdraw the node's pool (the agent is switching away from DRA, or leaving)."""
-        for item in self.list_pool(node):
-            self._delete(item["metadata"]["name"])
 
     def _delete(self, name: str) -> None:
         try:
