@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.sim.cluster import ClusterSpec, shorthand
+from tessera.sim.dra import DraPolicy
 from tessera.sim.dynamic import DynamicPolicy
 from tessera.sim.engine import RunResult, simulate
 from tessera.sim.policies import (
@@ -53,6 +54,7 @@ def _policies(cluster: ClusterSpec, zero_latency: bool) -> list[SimPolicy]:
         zero.name = "dynamic(latency 0)"
         out.append(zero)
     out.append(GreedyPolicy(cluster))
+    out.extend([DraPolicy(cluster), DraPolicy(cluster, curated=True)])
     out.extend(StaticPolicy.uniform(cluster, name) for name in STANDARD_LAYOUTS)
     out.extend([FluidGpuPolicy(cluster), FluidClusterPolicy(cluster)])
     return out
