@@ -62,3 +62,22 @@ def test_a_mixed_layout_applies_on_a_2026_card(
     for instance in gpu.instances:
         assert instance.id == model.gpu_instance_id(catalogue.Placement(instance.start,
                                                                         instance.size))
+
+
+@pytest.mark.parametrize(("args", "field", "problem"), [
+    (["--once", "--api", "dra"], "--once", "a DRA node has no layout to apply"),
+    (["--api", "dra", "--node-name", "n", "--kubeconfig", "/nonexistent", "--dra-mps-shares",
+      "64"], "--dra-mps-shares", "64 is not 0 to 48"),
+    (["--api", "dra", "--node-name", "n", "--dra-mps-shares", "4"], "--dra-mps-shares",
+     "MPS shares need --mps-root"),
+])
+def test_bad_dra_settings_exit_2_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], field: str,
+    problem: str,
+) -> None:
+    code = main(["agent", "--nvml", "sim:" + str(tmp_path / "node.json"), *args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert field in err
+    assert problem in err
+    assert "Traceback" not in err

@@ -169,6 +169,10 @@ def run_agent(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
     if not args.once:
         return _run_connected(args)
+    if args.api == "dra":
+        raise InvalidInputError("--once", "a DRA node has no layout to apply: the scheduler "
+                                "chooses placements and the agent makes them as claims are "
+                                "prepared; drop --once (or --api dra)")
     if not args.spec_file:
         raise InvalidInputError("--spec-file", "--once needs the NodePartition to apply")
     partition = load_partition(args.spec_file)
@@ -189,6 +193,8 @@ def _run_connected(args: argparse.Namespace) -> int:
     if not args.node_name:
         raise InvalidInputError("--node-name", "the agent must know its node: pass --node-name "
                                 "or set NODE_NAME (the chart sets it from spec.nodeName)")
+    if args.api == "dra":
+        _check_dra_flags(args)
     api = api_client(args.kubeconfig)
     backend = open_backend(args.nvml)
     metrics = AgentMetrics()
@@ -211,6 +217,17 @@ def _run_connected(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_dra_flags(args: argparse.Namespace) -> None:
+    """Refuse bad DRA settings before anything connects or starts."""
+    if args.dra_mps_shares < 0 or args.dra_mps_shares > MPS_MAX_CLIENTS:
+        raise InvalidInputError("--dra-mps-shares", f"{args.dra_mps_shares} is not 0 to "
+                                f"{MPS_MAX_CLIENTS} (an MPS server serves at most "
+                                f"{MPS_MAX_CLIENTS} clients)")
+    if args.dra_mps_shares and not args.mps_root:
+        raise InvalidInputError("--dra-mps-shares", "MPS shares need --mps-root (where the "
+                                "daemons' pipes live), e.g. --mps-root /run/tessera/mps")
+
+
 def _dra_runner(args: argparse.Namespace, api: Any, backend: GpuBackend,
                 metrics: AgentMetrics) -> AgentRunner:
     """The DRA node's agent: the same runner loop, the DRA driver instead of the reconciler,
@@ -218,14 +235,7 @@ def _dra_runner(args: argparse.Namespace, api: Any, backend: GpuBackend,
     settings = dataclasses.replace(_settings(args), device_plugins=False)
     runtime = NodeRuntime(backend, settings)
     plugin_dir = Path(args.dra_plugin_dir or f"{KUBELET_PLUGINS_DIR}/{dra.DRIVER}")
-    if args.dra_mps_shares < 0 or args.dra_mps_shares > MPS_MAX_CLIENTS:
-        raise InvalidInputError("--dra-mps-shares", f"{args.dra_mps_shares} is not 0..."
-                                f"{MPS_MAX_CLIENTS} (an MPS server serves at most "
-                                f"{MPS_MAX_CLIENTS} clients)")
     mps = _mps(args)
-    if args.dra_mps_shares and mps is None:
-        raise InvalidInputError("--dra-mps-shares", "MPS shares need --mps-root (where the "
-                                "daemons' pipes live), e.g. --mps-root /run/tessera/mps")
     driver = DraDriver(args.node_name, runtime, ResourceClaims(api), ResourceSlices(api),
                        plugin_dir, cdi_dir=Path(args.cdi_dir) if args.cdi_dir else None,
                        mps=mps, mps_shares=args.dra_mps_shares,
