@@ -121,12 +121,14 @@ def test_curation_leaves_everything_offered_when_no_gpu_is_split_or_the_split_on
     assert dra.curate([idle, sick]) == frozenset(), "an unhealthy GPU's room is no room"
 
 
-def test_curation_keeps_idle_nodes_whole_while_a_busy_node_has_an_idle_gpu() -> None:
+def test_curation_offers_whole_gpus_on_the_most_loaded_node_that_has_one() -> None:
     a100 = catalogue.model("A100-80GB")
-    full = dra.GpuUse(a100, frozenset({Slice("7g.80gb", 0)}), node_busy=True)
-    spare = dra.GpuUse(a100, frozenset(), node_busy=True)
-    fresh = dra.GpuUse(a100, frozenset(), node_busy=False)
-    tainted = dra.curate([full, spare, fresh, fresh])
-    assert {(2, "7g.80gb"), (3, "7g.80gb"), (2, "1g.10gb")} <= tainted
-    assert not any(position == 1 for position, _ in tainted), "the busy node's idle GPU offers"
+    full = dra.GpuUse(a100, frozenset({Slice("7g.80gb", 0)}), node_load=14)
+    spare = dra.GpuUse(a100, frozenset(), node_load=14)
+    light = dra.GpuUse(a100, frozenset(), node_load=7)
+    fresh = dra.GpuUse(a100, frozenset(), node_load=0)
+    tainted = dra.curate([full, spare, light, fresh])
+    assert {(2, "7g.80gb"), (3, "7g.80gb"), (3, "1g.10gb")} <= tainted, \
+        "lightly loaded nodes drain, idle nodes stay whole"
+    assert not any(position == 1 for position, _ in tainted), "the busiest node's idle GPU"
     assert dra.curate([full, fresh, fresh]) == frozenset(), "no busy node has room: offer all"

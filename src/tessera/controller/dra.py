@@ -125,9 +125,9 @@ def is_dra_pod(raw: Mapping[str, object], selector: Mapping[str, str]) -> bool:
 
 
 @cache
-def _use(model: GpuModel, used: frozenset[Slice], healthy: bool, node_busy: bool
+def _use(model: GpuModel, used: frozenset[Slice], healthy: bool, node_load: int
          ) -> dra.GpuUse:
-    return dra.GpuUse(model, used, healthy, node_busy)
+    return dra.GpuUse(model, used, healthy, node_load)
 
 
 def curation(partitions: Mapping[str, NodePartition], exempt: frozenset[str]
@@ -143,9 +143,10 @@ def curation(partitions: Mapping[str, NodePartition], exempt: frozenset[str]
             if model is not None:
                 found.append((gpu.uuid, model, gpu.healthy,
                               frozenset(Slice(s.profile, s.start) for s in gpu.slices)))
-        busy = any(used for _u, _m, _h, used in found)
+        load = sum(model.profile(item.profile).compute_slices
+                   for _u, model, _h, used in found for item in used)
         for uuid, model, healthy, used in found:
-            gpus.append(_use(model, used, healthy, busy))
+            gpus.append(_use(model, used, healthy, load))
             where.append((name, uuid))
     tainted: dict[str, dict[str, list[str]]] = {name: {} for name in partitions}
     for position, profile in sorted(dra.curate(gpus)):

@@ -218,13 +218,17 @@ def all_profile_names() -> tuple[str, ...]:
 class GpuUse:
     """What curation needs to know of one GPU: its model and the slices on it now (allocated
     through DRA, or held outside it). ``healthy=False`` GPUs are never counted as room.
-    ``node_busy``: some GPU of its node has slices (a GPU on an idle node is kept for pods
-    that need a whole node)."""
+    ``node_load``: compute slices in use on its node (a GPU on an idle node is kept for pods
+    that need a whole node, one on a lightly loaded node for pods that need most of one)."""
 
     model: GpuModel
     used: frozenset[Slice]
     healthy: bool = True
-    node_busy: bool = False
+    node_load: int = 0
+
+    @property
+    def node_busy(self) -> bool:
+        return self.node_load > 0
 
     @property
     def idle(self) -> bool:
@@ -250,8 +254,9 @@ def curate(gpus: Sequence[GpuUse]) -> frozenset[tuple[int, str]]:
     packs:
 
     1. while some split GPU still has room for a profile, no idle GPU offers that profile;
-    2. otherwise, while an idle GPU on a busy node can host it, no GPU of an idle node offers
-       it (whole nodes stay whole for pods that need all of a node's GPUs).
+    2. otherwise only the idle GPUs of the most loaded nodes that have one offer it, so a
+       whole GPU is taken where a node is already busy and lightly loaded nodes drain, and
+       idle nodes stay whole for the pods that need all of a node's GPUs.
 
     kube-scheduler takes the first device that fits on the node it scores best, and its
     default scores spread pods over the least-loaded nodes: left alone, it splits a fresh GPU
@@ -268,7 +273,11 @@ def curate(gpus: Sequence[GpuUse]) -> frozenset[tuple[int, str]]:
                     if any(p.name == profile for p in gpu.model.profiles)]
         if any(not gpus[i].idle and gpus[i].can_host(profile) for i in offering):
             tainted.update((i, profile) for i in offering if gpus[i].idle)
-        elif any(gpus[i].idle and gpus[i].node_busy and gpus[i].can_host(profile)
-                 for i in offering):
-            tainted.update((i, profile) for i in offering if not gpus[i].node_busy)
+            continue
+        loads = [gpus[i].node_load for i in offering
+                 if gpus[i].idle and gpus[i].node_busy and gpus[i].can_host(profile)]
+        if loads:
+            top = max(loads)
+            tainted.update((i, profile) for i in offering
+                           if gpus[i].idle and gpus[i].node_load < top)
     return frozenset(tainted)

@@ -75,9 +75,9 @@ UNCURATED = "dra"
 CURATED = "dra:curated"
 
 _Used = frozenset[Slice]
-_Kind = tuple[str, _Used, bool]
-"""A GPU as curation sees it: its model's name, its allocated slices, whether its node is
-busy (has a GPU with slices)."""
+_Kind = tuple[str, _Used, int]
+"""A GPU as curation sees it: its model's name, its allocated slices, its node's load
+(compute slices in use)."""
 _Taints = frozenset[tuple[_Kind, str]]
 _NO_TAINTS: _Taints = frozenset()
 
@@ -119,7 +119,7 @@ class DraPolicy(_MigPolicy):
         self.uses = [dra.GpuUse(gpu.model, frozenset()) for gpu in self.gpus]
         """What curation sees of each GPU: its allocated slices (all of its slices), and
         whether its node is busy."""
-        self._kinds: list[_Kind] = [(gpu.model.name, frozenset(), False) for gpu in self.gpus]
+        self._kinds: list[_Kind] = [(gpu.model.name, frozenset(), 0) for gpu in self.gpus]
         self._alike: dict[_Kind, set[int]] = {}
         """The GPUs of each kind now (a GPU's taints depend only on its kind, see below)."""
         for gid, kind in enumerate(self._kinds):
@@ -139,7 +139,7 @@ class DraPolicy(_MigPolicy):
         change.
 
         Curation decides each GPU from its own use and from which uses exist elsewhere, so
-        GPUs of one kind (same model, same slices, same node busyness) are handed to it once
+        GPUs of one kind (same model, same slices, same node load) are handed to it once
         and share its answer: the same taints, from a few dozen GPUs instead of every one. A
         taint is kept as (kind, profile): it applies to every GPU of that kind.
         """
@@ -221,20 +221,18 @@ class DraPolicy(_MigPolicy):
     def _changed(self, gpu: _Gpu, item: Slice, sign: int) -> None:
         use = self.uses[gpu.gid]
         used = use.used | {item} if sign > 0 else use.used - {item}
-        was_busy = self.node_compute[gpu.node] > 0
         self.node_compute[gpu.node] += sign * gpu.model.profile(item.profile).compute_slices
-        busy = self.node_compute[gpu.node] > 0
-        self.uses[gpu.gid] = dra.GpuUse(gpu.model, used, node_busy=busy)
-        for other in (self.node_gpus[gpu.node] if busy != was_busy else [gpu]):
-            self._rekind(other, busy)
+        self.uses[gpu.gid] = dra.GpuUse(gpu.model, used)
+        for other in self.node_gpus[gpu.node]:  # the node's load is part of every GPU's kind
+            self._rekind(other, self.node_compute[gpu.node])
         self.repartitions += 1
         self._changes += 1
 
-    def _rekind(self, gpu: _Gpu, busy: bool) -> None:
-        """File the GPU under its kind now (its slices, its node's busyness)."""
+    def _rekind(self, gpu: _Gpu, load: int) -> None:
+        """File the GPU under its kind now (its slices, its node's load)."""
         used = self.uses[gpu.gid].used
-        self.uses[gpu.gid] = dra.GpuUse(gpu.model, used, node_busy=busy)
-        old, new = self._kinds[gpu.gid], (gpu.model.name, used, busy)
+        self.uses[gpu.gid] = dra.GpuUse(gpu.model, used, node_load=load)
+        old, new = self._kinds[gpu.gid], (gpu.model.name, used, load)
         self._alike[old].discard(gpu.gid)
         if not self._alike[old]:
             del self._alike[old]
