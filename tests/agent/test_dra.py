@@ -150,7 +150,7 @@ def test_a_prepare_cut_short_by_a_crash_adopts_the_slice_it_made(
         agent_node: AgentNode, parts: tuple[DraDriver, Claims, Pool], tmp_path: Path) -> None:
     driver, claims, _pool = parts
     claim = claims.allocate("a", "gpu-2-2g20gb-at-2")
-    driver._record(claim)  # the checkpoint names the claim; then the agent dies mid-create
+    driver._record(claim, agent_node.runtime.refresh())  # recorded; the agent dies mid-create
     agent_node.backend.create_slice(2, "2g.20gb", 2)
     restarted = DraDriver(NODE, agent_node.runtime, claims, Pool(), tmp_path / "plugin")
     restarted.publish()
@@ -164,7 +164,7 @@ def test_a_claim_deleted_mid_prepare_is_undone(
         agent_node: AgentNode, parts: tuple[DraDriver, Claims, Pool], tmp_path: Path) -> None:
     driver, claims, _pool = parts
     claim = claims.allocate("a", "gpu-2-2g20gb-at-2")
-    driver._record(claim)
+    driver._record(claim, agent_node.runtime.refresh())
     agent_node.backend.create_slice(2, "2g.20gb", 2)
     del claims.table[claim.uid]
     restarted = DraDriver(NODE, agent_node.runtime, claims, Pool(), tmp_path / "plugin")

@@ -106,6 +106,11 @@ class _Claim:
     ready: bool = False
 
 
+def _health_taints(gpu: GpuObservation) -> tuple[tuple[str, str], ...]:
+    """What every device of ``gpu`` carries while it is unhealthy (after a fatal Xid)."""
+    return () if gpu.healthy else ((dra.TAINT_UNHEALTHY, f"xid-{gpu.last_xid or 0}"),)
+
+
 class DraDriver:
     """Implements the kubelet plugin's ``ClaimPreparer`` and keeps the node's pool current."""
 
@@ -250,9 +255,7 @@ class DraDriver:
                                     and not self._kept(i)))
                 taints: dict[str, tuple[tuple[str, str], ...]] = {}
                 for offer in dra.devices(model, gpu.index):
-                    marks: list[tuple[str, str]] = []
-                    if not gpu.healthy:
-                        marks.append((dra.TAINT_UNHEALTHY, f"xid-{gpu.last_xid or 0}"))
+                    marks = list(_health_taints(gpu))
                     if offer.slice.profile in curated.get(gpu.info.uuid, ()):
                         marks.append((dra.TAINT_CURATED, "packing"))
                     if marks:
@@ -262,11 +265,9 @@ class DraDriver:
             for gpu in observation.gpus:
                 card = self._shareable(gpu)
                 if card is not None:
-                    sick = () if gpu.healthy else (
-                        (dra.TAINT_UNHEALTHY, f"xid-{gpu.last_xid or 0}"),)
                     shared.append(MpsPublication(gpu.index, gpu.info.uuid, card.name,
                                                  gpu.info.memory_total_mib, self.mps_shares,
-                                                 sick))
+                                                 _health_taints(gpu)))
             written = self.pool.sync(self.node, render_pool(self.node, gpus, shared))
             if written:
                 self.metrics.dra_pool_writes.inc()
@@ -279,9 +280,9 @@ class DraDriver:
         switched = False
         for gpu in observation.gpus:
             info = gpu.info
+            # GpuInfo.model names only the catalogue's MIG models: the rest stay as they are
             if (info.lost or info.model is None or info.mig_current is None or info.mig_current
-                    or info.mig_pending or gpu.busy
-                    or catalogue.find_model(info.model) is None):
+                    or info.mig_pending or gpu.busy):
                 continue
             result = self.backend.set_mig_mode(gpu.index, True)
             log.info("GPU %d: MIG mode on for DRA (%s)", gpu.index,
@@ -337,12 +338,13 @@ class DraDriver:
             done = self._prepared.get(claim.uid)
             if done is not None and done.ready:
                 return PreparedClaim(tuple(self._answer(d) for d in done.devices))
+            observation = self.runtime.refresh()
             if done is None:
-                done = self._record(claim)
+                done = self._record(claim, observation)
                 if done is None:
                     return PreparedClaim()
             try:
-                self._make(done)
+                self._make(done, observation)
             except (BackendError, PrepareError) as exc:
                 self._roll_back(claim.uid)
                 raise PrepareError(f"claim {claim.namespace}/{claim.name}: {exc}") from exc
@@ -352,7 +354,7 @@ class DraDriver:
         self.changed()
         return PreparedClaim(tuple(self._answer(d) for d in done.devices))
 
-    def _record(self, claim: ClaimRef) -> _Claim | None:
+    def _record(self, claim: ClaimRef, observation: NodeObservation) -> _Claim | None:
         """Read the allocation, check every device, and record the claim before any create."""
         allocated = self.claims.allocated(claim.namespace, claim.name, claim.uid)
         if allocated is None:
@@ -360,7 +362,6 @@ class DraDriver:
         mine = [r for r in allocated if r.driver == dra.DRIVER and r.pool == self.node]
         if not mine:
             return None
-        observation = self.runtime.refresh()
         offers = self._offers(observation)
         shared = {dra.mps_device_name(g.index): g for g in observation.gpus
                   if self._shareable(g) is not None}
@@ -398,17 +399,15 @@ class DraDriver:
         self._save()
         return entry
 
-    def _make(self, entry: _Claim) -> None:
+    def _make(self, entry: _Claim, observation: NodeObservation) -> None:
         """Create each recorded slice, or adopt it where it already is (a repeated call)."""
         for record in entry.devices:
             if record.kind == dra.MODE_MPS:
-                self._start_mps(record)
-                continue
-            if record.mig_uuid is not None and self._find(record) is not None:
+                self._start_mps(record, observation)
                 continue
             existing = self._find(record)
             if existing is None:
-                self._make_room(record)
+                self._make_room(record, observation)
                 instance = self.backend.create_slice(record.gpu_index, record.profile,
                                                      record.start)
                 if instance.uuid is None:
@@ -421,14 +420,15 @@ class DraDriver:
                 raise PrepareError(f"{record.slice} on GPU {record.gpu_index} has no MIG device")
             self._save()
 
-    def _make_room(self, record: _Record) -> None:
+    def _make_room(self, record: _Record, observation: NodeObservation) -> None:
         """Destroy the kept free slices that stand where ``record``'s slice goes (the
         scheduler counted their room as free). Owned or busy slices are never touched: if one
         is in the way, the create fails and says so."""
-        model = catalogue.find_model(next(
-            g.info.model or "" for g in (self.runtime.latest or NodeObservation()).gpus
-            if g.info.uuid == record.gpu_uuid))
-        if model is None or not self.keep_slices:
+        if not self.keep_slices:
+            return
+        gpu = observation.by_uuid(record.gpu_uuid)
+        model = self._model(gpu) if gpu is not None else None
+        if model is None:
             return
         owned = self._owned()
         left = {Slice(i.profile, i.start): i for i in self.backend.gpu_instances(record.gpu_index)}
@@ -447,11 +447,10 @@ class DraDriver:
             self.backend.destroy_slice(record.gpu_index, instance.id)
             del left[item]
 
-    def _start_mps(self, record: _Record) -> None:
+    def _start_mps(self, record: _Record, observation: NodeObservation) -> None:
         """The GPU's MPS daemon, with the node's share settings (idempotent)."""
         assert self.mps is not None  # an MPS device is offered only with MPS configured
-        gpu = next((g for g in self.runtime.refresh().gpus if g.info.uuid == record.gpu_uuid),
-                   None)
+        gpu = observation.by_uuid(record.gpu_uuid)
         if gpu is None or self._shareable(gpu) is None:
             raise PrepareError(f"GPU {record.gpu_index} ({record.gpu_uuid}) is no longer "
                                "offered as MPS shares; nothing was started")
@@ -554,8 +553,7 @@ class DraDriver:
             return {"env": [f"NVIDIA_VISIBLE_DEVICES={record.mig_uuid}"]}
         assert self.mps is not None
         pipe = str(self.mps.directories(record.gpu_uuid).pipe)
-        gpu = next((g for g in (self.runtime.latest or NodeObservation()).gpus
-                    if g.info.uuid == record.gpu_uuid), None)
+        gpu = (self.runtime.latest or NodeObservation()).by_uuid(record.gpu_uuid)
         total = gpu.info.memory_total_mib if gpu is not None else 0
         memory = total * record.shares // max(1, self.mps_shares)
         threads = min(100, max(1, 100 // max(1, self.mps_shares)) * record.shares)
