@@ -53,6 +53,7 @@ __all__ = [
     "device_class_name",
     "device_name",
     "devices",
+    "first_fit",
     "fits",
     "mps_device_name",
     "profile_label",
@@ -235,18 +236,21 @@ class GpuUse:
         return not self.used
 
     def can_host(self, profile: str) -> bool:
-        return self.healthy and _can_host(self.model, self.used, profile)
+        return self.healthy and first_fit(self.model, self.used, profile) is not None
 
 
 @lru_cache(maxsize=1 << 16)
-def _can_host(model: GpuModel, used: frozenset[Slice], profile: str) -> bool:
-    """Memoised: a fleet has few distinct (model, layout) pairs, and curation asks each GPU
-    about every profile on every change."""
+def first_fit(model: GpuModel, used: frozenset[Slice], profile: str) -> Slice | None:
+    """The device kube-scheduler's allocator takes for ``profile`` on a GPU whose slices are
+    ``used``: the first in published order whose counters fit; None when none does.
+
+    Memoised: a fleet has few distinct (model, layout) pairs, and curation and the simulator
+    ask each GPU about every profile on every change."""
     if not any(p.name == profile for p in model.profiles):
-        return False
+        return None
     capacity = capacities(model, sorted(used))
-    return any(fits(capacity, {}, consumption(model, offer.slice))
-               for offer in devices(model, 0) if offer.slice.profile == profile)
+    return next((offer.slice for offer in devices(model, 0) if offer.slice.profile == profile
+                 and fits(capacity, {}, consumption(model, offer.slice))), None)
 
 
 def curate(gpus: Sequence[GpuUse]) -> frozenset[tuple[int, str]]:

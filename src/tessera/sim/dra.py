@@ -55,7 +55,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tessera.core import dra
-from tessera.core.catalogue import GpuModel
 from tessera.core.layout import Slice
 from tessera.sim.cluster import ClusterSpec
 from tessera.sim.policies import (
@@ -80,29 +79,6 @@ _Kind = tuple[str, _Used, int]
 (compute slices in use)."""
 _Taints = frozenset[tuple[_Kind, str]]
 _NO_TAINTS: _Taints = frozenset()
-
-_FIRST_FIT: dict[tuple[str, _Used, str], Slice | None] = {}
-"""First fits keyed by model name and the GPU's allocated slices: a GPU has a few hundred
-possible layouts, so this stays small while a run asks it millions of times."""
-
-
-def _first_fit(model: GpuModel, used: _Used, profile: str) -> Slice | None:
-    """The first device of ``profile``, in published order, whose counters fit beside
-    ``used`` on a GPU of ``model`` (no slices held outside DRA)."""
-    key = (model.name, used, profile)
-    if key in _FIRST_FIT:
-        return _FIRST_FIT[key]
-    capacity = dra.capacities(model)
-    taken: dict[str, int] = {}
-    for item in used:
-        for counter, amount in dra.consumption(model, item).items():
-            taken[counter] = taken.get(counter, 0) + amount
-    found = next((offer.slice for offer in dra.devices(model, 0)
-                  if offer.slice.profile == profile
-                  and dra.fits(capacity, taken, dra.consumption(model, offer.slice))), None)
-    _FIRST_FIT[key] = found
-    return found
-
 
 class DraPolicy(_MigPolicy):
     """kube-scheduler with the DRA driver, curated or not (see the module docstring)."""
@@ -172,7 +148,7 @@ class DraPolicy(_MigPolicy):
                 gpu = gpus[k]
                 if not taints or (self._kinds[gpu.gid], profile) not in taints:
                     used = mine.get(gpu.gid, self.uses[gpu.gid].used)
-                    found = _first_fit(gpu.model, used, profile)
+                    found = dra.first_fit(gpu.model, used, profile)
                     if found is not None:
                         mine[gpu.gid] = used | {found}
                         chosen.append((gpu, found))
