@@ -80,6 +80,13 @@ def _condition(kind: ConditionType, true: bool, reason: str, message: str, *, no
                      last_transition_time=since, observed_generation=generation)
 
 
+def _unhealthy(observation: NodeObservation, consequence: str = "") -> list[str]:
+    """The Degraded condition's message parts, one per unhealthy GPU."""
+    return [f"GPU {g.index} " + ("has fallen off the bus" if g.info.lost else
+                                 f"is unhealthy (last Xid {g.last_xid}){consequence}")
+            for g in observation.gpus if not g.healthy]
+
+
 def build_status(
     *,
     generation: int | None,
@@ -102,10 +109,7 @@ def build_status(
     pending = [o.message for o in outcomes
                if o.status == "pending" and o.code != NVML_RESET_REQUIRED]
     failed = [o.message for o in outcomes if o.status == "failed"]
-    unhealthy = [
-        f"GPU {g.index} " + ("has fallen off the bus" if g.info.lost else
-                             f"is unhealthy (last Xid {g.last_xid})")
-        for g in observation.gpus if not g.healthy]
+    unhealthy = _unhealthy(observation)
     before = {c.type: c for c in (previous.conditions if previous else [])}
     blocked = list(dict.fromkeys(blocked + pending))
 
@@ -166,10 +170,7 @@ def dra_status(*, generation: int | None, observation: NodeObservation,
             for i in gpu.instances)
         gpus.append(observed_gpu(dataclasses.replace(gpu, instances=instances),
                                  (mps or {}).get(gpu.info.uuid)))
-    unhealthy = [
-        f"GPU {g.index} " + ("has fallen off the bus" if g.info.lost else
-                             f"is unhealthy (last Xid {g.last_xid}); its devices are tainted")
-        for g in observation.gpus if not g.healthy]
+    unhealthy = _unhealthy(observation, "; its devices are tainted")
     before = {c.type: c for c in (previous.conditions if previous else [])}
 
     def make(kind: ConditionType, true: bool, reason: str, message: str) -> Condition:

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tessera.api.v1alpha1 import (
     Condition,
@@ -261,6 +261,14 @@ class _DraSorting:
     """Pods asking MIG resources no DRA GPU offers."""
 
 
+V = TypeVar("V")
+
+
+def _without(names: Mapping[str, object], objects: Mapping[str, V]) -> dict[str, V]:
+    """``objects`` but those named in ``names`` (the DRA nodes, out of the planner's view)."""
+    return {k: v for k, v in objects.items() if k not in names}
+
+
 def _demand_mix(pods: Iterable[planner.PendingPod]) -> dict[str, float]:
     """Units per resource the waiting pods ask: the demand placements keep capacity usable
     for (the whole backlog's mix, not one bounded batch's, which over-weights rare shapes)."""
@@ -387,8 +395,7 @@ class Controller:
             # DRA nodes have no layouts to plan: the scheduler allocates there (tessera.
             # controller.dra); the rest of the tick sees only device-plugin nodes and pods.
             pods = self._serve_dra(pods, dra.dra_nodes(nodes, on_dra), on_dra)
-            nodes = {k: v for k, v in nodes.items() if k not in on_dra}
-            partitions = {k: v for k, v in partitions.items() if k not in on_dra}
+            nodes, partitions = _without(on_dra, nodes), _without(on_dra, partitions)
         inflight = self._inflight(partitions, now)
         self._enforce_policies(nodes, partitions, list(policies.values()), inflight, now)
         inflight |= set(self.state.written)
@@ -635,8 +642,7 @@ class Controller:
         on_dra = dra.dra_partitions(partitions)
         if on_dra:  # as a tick: DRA's pods and nodes are the scheduler's
             pods = self._sort_dra(pods, dra.dra_nodes(nodes, on_dra), on_dra).kept
-            nodes = {k: v for k, v in nodes.items() if k not in on_dra}
-            partitions = {k: v for k, v in partitions.items() if k not in on_dra}
+            nodes, partitions = _without(on_dra, nodes), _without(on_dra, partitions)
         now = self._clock()
         inflight = self._inflight(partitions, now)
         facts = [self.cache.facts(k, p) for k, p in pods.items() if k not in self.state.waiting]

@@ -74,6 +74,14 @@ def _quantity(value: int) -> dict[str, str]:
     return {"value": str(value)}
 
 
+def _tainted(body: dict[str, Any], taints: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """``body`` with its (key, value) taints, each ``NoSchedule``, if it has any."""
+    if taints:
+        body["taints"] = [{"key": key, "value": value, "effect": "NoSchedule"}
+                          for key, value in taints]
+    return body
+
+
 def _device(gpu: GpuPublication, offer: dra.DeviceOffer) -> dict[str, Any]:
     profile = offer.profile
     body: dict[str, Any] = {
@@ -95,11 +103,7 @@ def _device(gpu: GpuPublication, offer: dra.DeviceOffer) -> dict[str, Any]:
                          for k, v in dra.consumption(gpu.model, offer.slice).items()},
         }],
     }
-    taints = gpu.taints.get(offer.name, ())
-    if taints:
-        body["taints"] = [{"key": key, "value": value, "effect": "NoSchedule"}
-                          for key, value in taints]
-    return body
+    return _tainted(body, gpu.taints.get(offer.name, ()))
 
 
 def _mps_device(gpu: MpsPublication) -> dict[str, Any]:
@@ -119,10 +123,7 @@ def _mps_device(gpu: MpsPublication) -> dict[str, Any]:
         },
         "allowMultipleAllocations": True,
     }
-    if gpu.taints:
-        body["taints"] = [{"key": key, "value": value, "effect": "NoSchedule"}
-                          for key, value in gpu.taints]
-    return body
+    return _tainted(body, gpu.taints)
 
 
 def render_pool(node: str, gpus: Sequence[GpuPublication],
