@@ -25,6 +25,8 @@ class Recorder:
         self.pod_events: list[tuple[str, str, str, bool]] = []
         self.node_events: list[tuple[str, str, str, bool]] = []
         self.policy_statuses: list[tuple[str, PartitionPolicyStatus]] = []
+        self.placeholders: list[Mapping[str, Any]] = []
+        self.deleted_placeholders: list[tuple[str, str]] = []
 
     def write_spec(self, node: str, spec: NodePartitionSpec,
                    current: NodePartition | None) -> bool:
@@ -49,6 +51,13 @@ class Recorder:
 
     def policy_status(self, name: str, status: PartitionPolicyStatus) -> None:
         self.policy_statuses.append((name, status))
+
+    def create_placeholder(self, body: Mapping[str, Any]) -> str | None:
+        self.placeholders.append(body)
+        return f"{body['metadata']['namespace']}/placeholder-{len(self.placeholders)}"
+
+    def delete_placeholder(self, key: str, reason: str) -> None:
+        self.deleted_placeholders.append((key, reason))
 
 
 class Clock:
@@ -323,6 +332,9 @@ class PlanCounter:
 
     def record_release(self, waited_s: float | None = None) -> None:
         self.waits.append(waited_s)
+
+    def record_scale_up(self, gpus: int) -> None:
+        self.scale_up = gpus
 
 
 def test_the_oldest_waiting_pod_s_age_and_each_pod_s_wait_are_measured() -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "PartitionPolicy",
     "PartitionPolicySpec",
     "PartitionPolicyStatus",
+    "ScaleUpSpec",
     "SliceSpec",
     "StaticDeviceConfig",
     "TimesliceSpec",
@@ -309,6 +310,30 @@ class StaticDeviceConfig(_Model):
         "runs its own MPS daemon and is offered as nvidia.com/mig-<profile>.shared.")
 
 
+class ScaleUpSpec(_Model):
+    """Ask the cluster's autoscaler for nodes when pods fit nowhere (README "Scale-up")."""
+
+    enabled: bool = Field(default=False, description="Off by default: with it off, pods "
+                          "that fit nowhere wait, and their NoGPUFit Event says why.")
+    models: list[str] = Field(
+        default_factory=list, max_length=8, description="GPU models the pool's new nodes "
+        "carry (catalogue names, preferred first): the waiting pods are packed into whole "
+        "GPUs of these, as the planner would fill a new node's cards.")
+    gpus_per_node: int = Field(
+        default=8, ge=1, le=64, description="GPUs of a new node, counted for a node that has "
+        "registered but does not show its GPUs yet (no nvidia.com/gpu allocatable, no "
+        "nvidia.com/gpu.count label).")
+    max_gpus: int = Field(default=64, ge=1, le=4096,
+                          description="The most GPUs asked for at once for this policy.")
+    arrival_timeout_seconds: int = Field(
+        default=600, ge=30, description="How long a new node that has not reported its GPUs "
+        "still counts as capacity on its way; after it, its pods are asked for again.")
+    method: Literal["auto", "placeholders", "provisioningRequest"] = Field(
+        default="auto", description="How capacity is asked: placeholder pods (Karpenter), a "
+        "ProvisioningRequest (Cluster Autoscaler, GKE), or auto: ProvisioningRequest where the "
+        "API server serves autoscaling.x-k8s.io/v1, placeholders otherwise.")
+
+
 class PartitionPolicySpec(_Model):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
@@ -322,6 +347,9 @@ class PartitionPolicySpec(_Model):
              "has(self.timeslice)", "allowedModes timeslice needs timeslice (its replicas)"),
             ("!has(self.allowedModes) || !self.allowedModes.exists(m, m == 'mps') || "
              "has(self.mps)", "allowedModes mps needs mps (its shares)"),
+            ("!has(self.scaleUp) || !has(self.scaleUp.enabled) || !self.scaleUp.enabled || "
+             "(has(self.scaleUp.models) && size(self.scaleUp.models) > 0)",
+             "scaleUp.enabled needs scaleUp.models (the GPU models new nodes carry)"),
         ),
     )
 
@@ -348,6 +376,9 @@ class PartitionPolicySpec(_Model):
     min_repartition_interval_seconds: int = Field(
         default=0, ge=0, description="Minimum time between two repartitions of one GPU.")
     priority: int = Field(default=0, description="When policies overlap, the highest wins.")
+    scale_up: ScaleUpSpec | None = Field(
+        default=None, description="Ask the cluster autoscaler for nodes of this policy's "
+        "pool when waiting pods fit nowhere; new nodes must carry the nodeSelector's labels.")
 
 
 class PartitionPolicyStatus(_Tolerant):

@@ -42,6 +42,13 @@ def register(commands: Any) -> None:
                         help="labels of the DRA nodes (the chart's dra.nodeSelector): a pod "
                         "handed to DRA gets them as node selector (empty: every GPU node of "
                         "the pod's profile that reports api dra may take it)")
+    parser.add_argument("--scale-up-priority-class", default="",
+                        help="PriorityClass of scale-up placeholder pods (the chart's, below "
+                        "every workload); empty: the cluster's default priority")
+    parser.add_argument("--scale-up-ttl-seconds", type=float, default=900.0,
+                        help="delete a placeholder no node answered this long")
+    parser.add_argument("--scale-up-image", default="registry.k8s.io/pause:3.10",
+                        help="image of placeholder pods (never started)")
     parser.add_argument("--identity", default=os.environ.get("POD_NAME"),
                         help="this replica's name in the leader Lease")
     parser.add_argument("--log-level", default="INFO")
@@ -66,7 +73,11 @@ def run(args: argparse.Namespace) -> int:
                                   backlog_batch_s=args.backlog_batch_seconds,
                                   plan_timeout_s=args.plan_timeout_seconds,
                                   resync_s=args.resync_seconds, solver=args.solver,
-                                  dra_node_selector=_selector(args.dra_node_selector))
+                                  dra_node_selector=_selector(args.dra_node_selector),
+                                  namespace=args.namespace,
+                                  scale_up_priority_class=args.scale_up_priority_class,
+                                  scale_up_ttl_s=args.scale_up_ttl_seconds,
+                                  scale_up_image=args.scale_up_image)
     operator.run(api_client(args.kubeconfig), namespace=args.namespace, settings=settings,
                  metrics_port=args.metrics_port, identity=args.identity,
                  kubeconfig=args.kubeconfig)

@@ -17,9 +17,11 @@ from tessera.core.planner import MatchExpression, PendingPod, Toleration
 
 __all__ = [
     "GATE",
+    "PLACEHOLDER_LABEL",
     "created_at",
     "gpu_requests",
     "is_gated",
+    "is_placeholder",
     "is_terminal",
     "is_waiting",
     "pending_pod",
@@ -28,6 +30,9 @@ __all__ = [
 
 GATE = "tessera.dev/placement"
 """The scheduling gate Tessera's admission policy adds to GPU pods."""
+PLACEHOLDER_LABEL = "tessera.dev/placeholder"
+"""On the controller's scale-up placeholder pods (value: their policy): never demand of their
+own, never gated (tessera.controller.scaleup)."""
 
 RawPod = Mapping[str, Any]
 
@@ -83,9 +88,15 @@ def _unschedulable(pod: RawPod) -> bool:
     return False
 
 
+def is_placeholder(pod: RawPod) -> bool:
+    return PLACEHOLDER_LABEL in (pod.get("metadata", {}).get("labels") or {})
+
+
 def is_waiting(pod: RawPod) -> bool:
-    """A GPU pod that no node holds yet and that Tessera should find room for."""
-    if is_terminal(pod) or pod.get("spec", {}).get("nodeName") or not gpu_requests(pod):
+    """A GPU pod that no node holds yet and that Tessera should find room for (a scale-up
+    placeholder stands for such pods and is none itself)."""
+    if (is_terminal(pod) or pod.get("spec", {}).get("nodeName") or not gpu_requests(pod)
+            or is_placeholder(pod)):
         return False
     return is_gated(pod) or _unschedulable(pod)
 

@@ -38,7 +38,7 @@ from tessera.api.v1alpha1 import (
     PartitionPolicyStatus,
     comparable,
 )
-from tessera.controller import demand, dra
+from tessera.controller import demand, dra, scaleup
 from tessera.controller.decide import decide, plan_id
 from tessera.controller.policies import policy_for, policy_gpu_specs
 from tessera.controller.snapshot import build_snapshot, node_labels
@@ -71,6 +71,12 @@ class Writer(Protocol):
 
     def policy_status(self, name: str, status: PartitionPolicyStatus) -> None: ...
 
+    def create_placeholder(self, body: Mapping[str, Any]) -> str | None:
+        """Create a scale-up placeholder pod; its ``namespace/name``, or None if refused."""
+        ...
+
+    def delete_placeholder(self, key: str, reason: str) -> None: ...
+
 
 class Metrics(Protocol):
     def record_tick(self, pending: int, leader: bool, oldest_s: float = 0.0) -> None: ...
@@ -79,6 +85,8 @@ class Metrics(Protocol):
                     destroyed: int) -> None: ...
 
     def record_release(self, waited_s: float | None = None) -> None: ...
+
+    def record_scale_up(self, gpus: int) -> None: ...
 
 
 class _NoMetrics:
@@ -90,6 +98,9 @@ class _NoMetrics:
         pass
 
     def record_release(self, waited_s: float | None = None) -> None:
+        pass
+
+    def record_scale_up(self, gpus: int) -> None:
         pass
 
 
@@ -128,6 +139,9 @@ class ClusterCache:
         self.nodes: dict[str, RawObject] = {}
         self.partitions: dict[str, NodePartition] = {}
         self.policies: dict[str, PartitionPolicy] = {}
+        self.placeholders: dict[str, RawObject] = {}
+        """Scale-up placeholder pods (also in :attr:`pods`), indexed so a tick need not
+        look at every pod to find them."""
         self.changed = threading.Event()
 
     def put(self, kind: str, event_type: str, raw: RawObject) -> None:
@@ -138,8 +152,11 @@ class ClusterCache:
                 if event_type == "DELETED":
                     self.pods.pop(key, None)
                     self._facts.pop(key, None)
+                    self.placeholders.pop(key, None)
                 else:
                     self.pods[key] = raw
+                    if demand.is_placeholder(raw):
+                        self.placeholders[key] = raw
             elif kind == "node":
                 if event_type == "DELETED":
                     self.nodes.pop(name, None)
@@ -165,6 +182,10 @@ class ClusterCache:
             if self.pods.get(key) is raw:
                 self._facts[key] = found
         return found
+
+    def placeholder_view(self) -> dict[str, RawObject]:
+        with self._lock:
+            return dict(self.placeholders)
 
     def view(self) -> tuple[dict[str, RawObject], dict[str, RawObject],
                             dict[str, NodePartition], dict[str, PartitionPolicy]]:
@@ -202,6 +223,18 @@ class ControllerSettings:
     dra_node_selector: tuple[tuple[str, str], ...] = ()
     """Labels of the DRA nodes (the chart's ``dra.nodeSelector``): added to a pod handed to
     DRA, so it lands only where the scheduler allocates slices itself."""
+    namespace: str = "tessera"
+    """Where the controller runs, and creates its scale-up placeholder pods."""
+    scale_up_priority_class: str = ""
+    """The PriorityClass of placeholder pods (the chart's, below every workload)."""
+    scale_up_ttl_s: float = 900.0
+    """A placeholder no node answered this long is deleted (and asked again if still needed):
+    none stays behind."""
+    scale_up_image: str = "registry.k8s.io/pause:3.10"
+    """The placeholders' image: they never start (deleted before their node is Ready)."""
+    scale_up_resync_s: float = 5.0
+    """Scale-up is reconsidered on any change of its inputs, or at least this often (node
+    arrival and placeholder expiry are timed)."""
 
 
 @dataclass
@@ -247,6 +280,13 @@ class _State:
     """Pods told once that no DRA node offers their profile."""
     dra_inputs: object = None
     """What the last curation was computed from (the DRA partitions by identity, exemptions)."""
+    unplaced: set[str] = field(default_factory=set)
+    """Pods the last plan that considered them could not place: the scale-up demand."""
+    scale_inputs: object = None
+    scale_at: float = float("-inf")
+    scale_created: dict[str, tuple[RawObject, float]] = field(default_factory=dict)
+    """Placeholders this controller created that the cache does not show yet (with when):
+    counted as existing, so a tick before the watch delivers them does not ask twice."""
 
 
 @dataclass
@@ -412,6 +452,7 @@ class Controller:
         # it would be refused by the kubelet (found by the simulator driving this loop).
         self._release(pods, bound, nodes, partitions,
                       inflight=inflight | set(self.state.written), now=now)
+        self._scale_up(waiting, nodes, partitions, list(policies.values()), now)
 
     def _sort_dra(self, pods: Mapping[str, RawObject],
                   dra_nodes: Sequence[tuple[planner.Node, frozenset[str]]],
@@ -484,6 +525,60 @@ class Controller:
             spec = partition.spec.model_copy(update={"dra": wanted})
             if not self.writer.write_spec(node, spec, partition):
                 self.state.dra_inputs = None  # lost a race: curate again next tick
+
+    def _scale_up(self, waiting: Mapping[str, RawObject], nodes: Mapping[str, RawObject],
+                  partitions: Mapping[str, NodePartition], policies: list[PartitionPolicy],
+                  now: float) -> None:
+        """Ask the autoscaler for the capacity the unplaced pods need; hand over, expire and
+        withdraw placeholders (:mod:`tessera.controller.scaleup`)."""
+        state = self.state
+        state.unplaced &= set(waiting)
+        raw = self.cache.placeholder_view()
+        for name, (body, since) in list(state.scale_created.items()):
+            if name in raw or now - since > self.settings.plan_timeout_s:
+                del state.scale_created[name]
+            else:
+                raw[name] = body
+        enabled = any(p.spec.scale_up is not None and p.spec.scale_up.enabled
+                      for p in policies)
+        if not enabled and not raw:
+            return
+        unplaced = {k: waiting[k] for k in state.unplaced if k not in state.waiting}
+        inputs = (frozenset((k, id(p)) for k, p in unplaced.items()),
+                  frozenset((k, id(p)) for k, p in raw.items()),
+                  tuple(id(n) for n in nodes.values()),
+                  tuple(id(p) for p in partitions.values()), tuple(id(p) for p in policies))
+        if (inputs == state.scale_inputs
+                and now - state.scale_at < self.settings.scale_up_resync_s):
+            return
+        state.scale_inputs, state.scale_at = inputs, now
+        placeholders = [found for body in raw.values()
+                        if (found := scaleup.Placeholder.of(body)) is not None]
+        decided = scaleup.plan_round(
+            [self.cache.facts(k, p).pending for k, p in sorted(unplaced.items())],
+            placeholders, nodes=nodes, partitions=partitions, policies=policies,
+            now=self._wall(), ttl_s=self.settings.scale_up_ttl_s)
+        for placeholder, reason in decided.delete:
+            state.scale_created.pop(placeholder.key, None)
+            self.writer.delete_placeholder(placeholder.key, reason)
+        by_name = {p.metadata.name: p for p in policies}
+        for policy, ask in decided.create:
+            body = scaleup.placeholder_body(
+                by_name[policy], ask, namespace=self.settings.namespace,
+                priority_class=self.settings.scale_up_priority_class,
+                image=self.settings.scale_up_image)
+            key = self.writer.create_placeholder(body)
+            if key is None:
+                state.scale_inputs = None  # refused: try again next tick
+                continue
+            name = key.split("/", 1)[1]
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._wall()))
+            body = {**body, "metadata": {**body["metadata"], "name": name,
+                                         "creationTimestamp": stamp}}
+            state.scale_created[key] = (body, now)
+        for pod, (reason, message) in sorted(decided.asked.items()):
+            self._tell(pod, reason, message, reason == "NoScaleUp")
+        self.metrics.record_scale_up(decided.requested_gpus)
 
     def _oldest_wait(self, waiting: Mapping[str, RawObject]) -> float:
         """How long the oldest waiting GPU pod has existed: the age an alert fires on."""
@@ -621,7 +716,9 @@ class Controller:
         for placed in decision.pods:
             state.waiting[placed.pod] = _Waiting(placed.node, placed.requests, now)
             self._tell(placed.pod, "Placed", placed.message, False)
+        state.unplaced -= set(requests)
         for pod, reason in decision.unplaced:
+            state.unplaced.add(pod)
             self._tell(pod, "NoGPUFit", reason, True)
         for left in batch.later:
             self._tell(left.pod, "Waiting", f"not planned yet: {left.reason}", False)

@@ -72,6 +72,9 @@ class ControllerMetrics:
                                 "From a GPU pod's creation to its release to the scheduler",
                                 buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600),
                                 registry=r)
+        self.scale_up = Gauge("tessera_controller_scaleup_gpus_requested",
+                              "Whole GPUs the controller's placeholder pods ask the cluster "
+                              "autoscaler for now", registry=r)
         self.errors = Counter("tessera_controller_loop_errors_total",
                               "Decision-loop ticks that failed, by kind (api, internal)",
                               ["kind"], registry=r)
@@ -96,6 +99,9 @@ class ControllerMetrics:
         self.released.inc()
         if waited_s is not None:
             self.waited.observe(waited_s)
+
+    def record_scale_up(self, gpus: int) -> None:
+        self.scale_up.set(gpus)
 
     def record_error(self, kind: str) -> None:
         self.errors.labels(kind).inc()
@@ -162,6 +168,28 @@ class ApiWriter:
     def partition_event(self, node: str, reason: str, message: str, warning: bool) -> None:
         self._events.record(kind="NodePartition", name=node, api_version=API_VERSION,
                             reason=reason, message=message, warning=warning)
+
+    def create_placeholder(self, body: Mapping[str, Any]) -> str | None:
+        try:
+            key = self._pods.create(body)
+        except ApiException as exc:
+            log.warning("could not create a scale-up placeholder: %s %s", exc.status,
+                        exc.reason)
+            return None
+        meta = body["metadata"]
+        log.info("scale-up: created placeholder %s asking %s", key, meta["annotations"].get(
+            "tessera.dev/scale-up", ""))
+        self._events.record(kind="Pod", name=key.split("/", 1)[1], namespace=meta["namespace"],
+                            api_version="v1", reason="ScaleUpRequested",
+                            message="stands for GPU pods that fit on no node: "
+                            f"{meta['annotations'].get('tessera.dev/scale-up', '')}",
+                            dedupe_s=0)
+        return key
+
+    def delete_placeholder(self, key: str, reason: str) -> None:
+        namespace, name = key.split("/", 1)
+        if self._pods.delete(namespace, name):
+            log.info("scale-up: deleted placeholder %s: %s", key, reason)
 
     def policy_status(self, name: str, status: PartitionPolicyStatus) -> None:
         body = {"status": status.model_dump(by_alias=True, exclude_none=True, mode="json")}

@@ -41,6 +41,7 @@ __all__ = [
     "is_gpu_share",
     "mig_resource_name",
     "model",
+    "model_from_product_label",
     "models",
     "profile_name_from_resource",
     "share_size_gib",
@@ -456,6 +457,18 @@ def find_model(name: str, pci_device_id: int | None = None) -> GpuModel | None:
     lowered = name.strip().lower()
     return _exact(models(), name, pci_device_id, (lowered, f"nvidia {lowered}")) or _prefix(
         models(), name)  # "h200" is H200-141GB; "a100" is neither
+
+
+def model_from_product_label(label: str) -> GpuModel | None:
+    """The model a node's ``nvidia.com/gpu.product`` label names: GPU feature discovery writes
+    the NVML product name with spaces as dashes (``NVIDIA-A100-SXM4-80GB``); a catalogue name
+    or product name as such is taken too."""
+    wanted = label.strip().lower()
+    for candidate in models():
+        spellings = (candidate.name, *candidate.product_names)
+        if any(s.lower() == wanted or s.replace(" ", "-").lower() == wanted for s in spellings):
+            return candidate
+    return find_model(label)
 
 
 def mig_resource_name(profile_name: str) -> str:

@@ -1,4 +1,5 @@
-"""Pod writes the controller makes: pin a pod to its node and lift Tessera's scheduling gate.
+"""Pod writes the controller makes: pin a pod to its node and lift Tessera's scheduling gate;
+create and delete its scale-up placeholder pods.
 
 While a pod is gated its scheduling directives may still be tightened (Kubernetes allows adding
 a nodeSelector to a gated pod), so pinning and ungating go in one JSON patch, guarded by a test
@@ -56,6 +57,24 @@ class Pods:
             self._core.patch_namespaced_pod(name, namespace, ops)
         except ApiException as exc:
             if exc.status in (404, 409, 422):
+                return False
+            raise
+        return True
+
+    def create(self, body: Mapping[str, Any]) -> str:
+        """Create a pod from a raw body (``generateName`` allowed); its ``namespace/name``."""
+        namespace = body["metadata"]["namespace"]
+        raw: Any = dict(body)  # the client posts a plain dict as it is
+        created = self._core.create_namespaced_pod(namespace, raw)
+        assert created.metadata is not None
+        return f"{namespace}/{created.metadata.name}"
+
+    def delete(self, namespace: str, name: str) -> bool:
+        """Delete at once (no grace: nothing runs in it); False if it was gone already."""
+        try:
+            self._core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status == 404:
                 return False
             raise
         return True

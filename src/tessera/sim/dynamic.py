@@ -230,6 +230,12 @@ class DynamicPolicy(_MigPolicy):
     def policy_status(self, name: str, status: PartitionPolicyStatus) -> None:
         pass
 
+    def create_placeholder(self, body: Mapping[str, Any]) -> str | None:
+        return None  # the simulated cluster has a fixed size: no autoscaler to ask
+
+    def delete_placeholder(self, key: str, reason: str) -> None:
+        pass
+
     # -- the event loop's side ---------------------------------------------------------------
 
     def schedule(self, now: float, queues: Queues) -> Schedule:
