@@ -88,15 +88,18 @@ def _unschedulable(pod: RawPod) -> bool:
     return False
 
 
-def is_placeholder(pod: RawPod) -> bool:
-    return PLACEHOLDER_LABEL in (pod.get("metadata", {}).get("labels") or {})
+def is_placeholder(pod: RawPod, namespace: str) -> bool:
+    """One of the controller's scale-up placeholders: the label, in the controller's own
+    namespace (where the admission gate exempts it; elsewhere the label means nothing)."""
+    meta = pod.get("metadata", {})
+    return meta.get("namespace") == namespace and PLACEHOLDER_LABEL in (meta.get("labels") or {})
 
 
-def is_waiting(pod: RawPod) -> bool:
+def is_waiting(pod: RawPod, placeholders: str | None = None) -> bool:
     """A GPU pod that no node holds yet and that Tessera should find room for (a scale-up
-    placeholder stands for such pods and is none itself)."""
+    placeholder, in the namespace ``placeholders``, stands for such pods and is none itself)."""
     if (is_terminal(pod) or pod.get("spec", {}).get("nodeName") or not gpu_requests(pod)
-            or is_placeholder(pod)):
+            or (placeholders is not None and is_placeholder(pod, placeholders))):
         return False
     return is_gated(pod) or _unschedulable(pod)
 

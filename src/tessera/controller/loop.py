@@ -118,8 +118,8 @@ class PodFacts:
     _pending: planner.PendingPod | None = None
 
     @classmethod
-    def of(cls, raw: RawObject) -> PodFacts:
-        return cls(raw, demand.gpu_requests(raw), demand.is_waiting(raw),
+    def of(cls, raw: RawObject, placeholders: str | None = None) -> PodFacts:
+        return cls(raw, demand.gpu_requests(raw), demand.is_waiting(raw, placeholders),
                    demand.is_terminal(raw), demand.created_at(raw))
 
     @property
@@ -142,6 +142,8 @@ class ClusterCache:
         self.placeholders: dict[str, RawObject] = {}
         """Scale-up placeholder pods (also in :attr:`pods`), indexed so a tick need not
         look at every pod to find them."""
+        self.placeholder_namespace = "tessera"
+        """Where placeholders are (the controller's namespace; set by the controller)."""
         self.changed = threading.Event()
 
     def put(self, kind: str, event_type: str, raw: RawObject) -> None:
@@ -155,7 +157,7 @@ class ClusterCache:
                     self.placeholders.pop(key, None)
                 else:
                     self.pods[key] = raw
-                    if demand.is_placeholder(raw):
+                    if demand.is_placeholder(raw, self.placeholder_namespace):
                         self.placeholders[key] = raw
             elif kind == "node":
                 if event_type == "DELETED":
@@ -178,7 +180,7 @@ class ClusterCache:
         """``raw``'s facts, derived at most once for each version of the pod."""
         found = self._facts.get(key)
         if found is None or found.raw is not raw:
-            found = PodFacts.of(raw)
+            found = PodFacts.of(raw, self.placeholder_namespace)
             if self.pods.get(key) is raw:
                 self._facts[key] = found
         return found
@@ -282,6 +284,9 @@ class _State:
     """What the last curation was computed from (the DRA partitions by identity, exemptions)."""
     unplaced: set[str] = field(default_factory=set)
     """Pods the last plan that considered them could not place: the scale-up demand."""
+    planned_nodes: frozenset[str] = frozenset()
+    """Nodes with reported GPUs in the last plan's view: a node not among them is capacity
+    the planner has not tried yet, so scale-up counts it as still arriving."""
     scale_inputs: object = None
     scale_at: float = float("-inf")
     scale_created: dict[str, tuple[RawObject, float]] = field(default_factory=dict)
@@ -340,6 +345,7 @@ class Controller:
         self._wall = wall_clock
         self.metrics = metrics or _NoMetrics()
         self.state = _State()
+        cache.placeholder_namespace = self.settings.namespace
 
     def reset(self) -> None:
         """Forget in-memory decisions (after losing leadership); the cluster holds the rest."""
@@ -544,7 +550,7 @@ class Controller:
         if not enabled and not raw:
             return
         unplaced = {k: waiting[k] for k in state.unplaced if k not in state.waiting}
-        inputs = (frozenset((k, id(p)) for k, p in unplaced.items()),
+        inputs = (state.planned_nodes, frozenset((k, id(p)) for k, p in unplaced.items()),
                   frozenset((k, id(p)) for k, p in raw.items()),
                   tuple(id(n) for n in nodes.values()),
                   tuple(id(p) for p in partitions.values()), tuple(id(p) for p in policies))
@@ -557,7 +563,7 @@ class Controller:
         decided = scaleup.plan_round(
             [self.cache.facts(k, p).pending for k, p in sorted(unplaced.items())],
             placeholders, nodes=nodes, partitions=partitions, policies=policies,
-            now=self._wall(), ttl_s=self.settings.scale_up_ttl_s)
+            now=self._wall(), ttl_s=self.settings.scale_up_ttl_s, planned=state.planned_nodes)
         for placeholder, reason in decided.delete:
             state.scale_created.pop(placeholder.key, None)
             self.writer.delete_placeholder(placeholder.key, reason)
@@ -696,6 +702,7 @@ class Controller:
             state.batch_keys = frozenset()
             return
         state.last_inputs, state.last_plan_at = inputs, now
+        state.planned_nodes = frozenset(n.name for n in snapshot.nodes if n.gpus)
         started = time.perf_counter()
         batch, result = self._plan_batch(
             snapshot, [self.cache.facts(k, p).pending for k, p in candidates.items()])
@@ -716,12 +723,14 @@ class Controller:
         for placed in decision.pods:
             state.waiting[placed.pod] = _Waiting(placed.node, placed.requests, now)
             self._tell(placed.pod, "Placed", placed.message, False)
-        state.unplaced -= set(requests)
+        state.unplaced -= set(requests) | {left.pod for left in batch.later}
         for pod, reason in decision.unplaced:
             state.unplaced.add(pod)
             self._tell(pod, "NoGPUFit", reason, True)
         for left in batch.later:
             self._tell(left.pod, "Waiting", f"not planned yet: {left.reason}", False)
+            if not batch.cut_short:  # no capacity for them either: scale-up demand too
+                state.unplaced.add(left.pod)
         # A batch cut short is no backlog: the pods it left may fit, and are planned at once.
         state.backlog = bool(decision.unplaced or batch.later) and not batch.cut_short
         state.batch_opened = None

@@ -145,10 +145,11 @@ def _model_of(labels: Mapping[str, str]) -> str | None:
 
 
 def arriving(nodes: Mapping[str, Mapping[str, Any]], partitions: Mapping[str, NodePartition],
-             policies: Sequence[PartitionPolicy], policy: PartitionPolicy, now: float
-             ) -> list[scaleup.Arriving]:
-    """The policy's nodes that registered within its arrival timeout and whose agent has not
-    reported GPUs yet: capacity on its way, counted before anything more is asked."""
+             policies: Sequence[PartitionPolicy], policy: PartitionPolicy, *, now: float,
+             planned: frozenset[str]) -> list[scaleup.Arriving]:
+    """The policy's nodes that registered within its arrival timeout and that no plan has
+    tried yet (their agent has not reported GPUs, or it did after the last plan): capacity on
+    its way, counted before anything more is asked."""
     spec = policy.spec.scale_up
     assert spec is not None
     found: list[scaleup.Arriving] = []
@@ -157,7 +158,9 @@ def arriving(nodes: Mapping[str, Mapping[str, Any]], partitions: Mapping[str, No
         if policy_for(labels, policies) is not policy:
             continue
         partition = partitions.get(name)
-        if partition is not None and partition.status is not None and partition.status.gpus:
+        reported = (partition is not None and partition.status is not None
+                    and bool(partition.status.gpus))
+        if reported and name in planned:
             continue
         created = demand.created_at(node)
         if created is None or now - created > spec.arrival_timeout_seconds:
@@ -217,7 +220,7 @@ class Round:
 def plan_round(unplaced: Sequence[PendingPod], placeholders: Sequence[Placeholder], *,
                nodes: Mapping[str, Mapping[str, Any]],
                partitions: Mapping[str, NodePartition], policies: Sequence[PartitionPolicy],
-               now: float, ttl_s: float) -> Round:
+               now: float, ttl_s: float, planned: frozenset[str] = frozenset()) -> Round:
     """One round: hand-overs and expiries first, then the asks the unplaced pods need beyond
     the nodes on their way, matched against the placeholders that stay (module docstring)."""
     found = Round()
@@ -247,7 +250,8 @@ def plan_round(unplaced: Sequence[PendingPod], placeholders: Sequence[Placeholde
             pools.setdefault(chosen, []).append(pod)
     for name, target in sorted(wanted.items()):
         sizing = scaleup.size(pools.get(name, []), target,
-                              arriving(nodes, partitions, policies, by_name[name], now))
+                              arriving(nodes, partitions, policies, by_name[name], now=now,
+                                       planned=planned))
         free = [p for p in staying if p.policy == name]
         for ask in sizing.asks:
             shape = _shape(name, ask)

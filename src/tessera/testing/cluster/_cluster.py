@@ -428,6 +428,15 @@ class Node:
         return {p.name: _process.rss_mib(p.pid) for p in self.processes() if p.alive()}
 
 
+def _folder(node: str) -> str:
+    """A node's folder name: the node's own when short; a long one (an autoscaler's generated
+    name) is cut and given a digest, so socket paths under it stay within the 107 bytes a
+    Unix socket path may have."""
+    if len(node) <= 24:
+        return node
+    return f"{node[:15]}-{hashlib.sha256(node.encode()).hexdigest()[:8]}"
+
+
 def _file_id(path: Path) -> tuple[int, int, int] | None:
     """Identity of a file across delete-and-recreate (inode numbers are reused at once, so the
     change time is part of it)."""
@@ -721,7 +730,7 @@ class Cluster:
         if name in self.nodes:
             raise ClusterError(f"add_node: node {name!r} exists already")
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            node = Node(self, name, self.root / name, free_ports(1)[0], labels or {})
+            node = Node(self, name, self.root / _folder(name), free_ports(1)[0], labels or {})
             self.nodes[name] = node
             try:
                 node.start(timeout)
