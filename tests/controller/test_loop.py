@@ -27,6 +27,7 @@ class Recorder:
         self.policy_statuses: list[tuple[str, PartitionPolicyStatus]] = []
         self.placeholders: list[Mapping[str, Any]] = []
         self.deleted_placeholders: list[tuple[str, str]] = []
+        self.deleted_kinds: list[str] = []
 
     def write_spec(self, node: str, spec: NodePartitionSpec,
                    current: NodePartition | None) -> bool:
@@ -56,8 +57,9 @@ class Recorder:
         self.placeholders.append(body)
         return f"{body['metadata']['namespace']}/placeholder-{len(self.placeholders)}"
 
-    def delete_placeholder(self, key: str, reason: str) -> None:
+    def delete_placeholder(self, kind: str, key: str, reason: str) -> None:
         self.deleted_placeholders.append((key, reason))
+        self.deleted_kinds.append(kind)
 
 
 class Clock:

@@ -15,7 +15,7 @@ from tessera.core import catalogue
 from .test_loop import Clock, node, partition, pod, setup
 
 POOL = {"gpu": "a100"}
-SCALE_UP = {"enabled": True, "models": ["A100-80GB"], "gpusPerNode": 2}
+SCALE_UP = {"enabled": True, "models": ["A100-80GB"], "gpusPerNode": 2, "delaySeconds": 0}
 
 
 def policy(scale_up: dict[str, Any] | None = SCALE_UP, **spec: Any) -> dict[str, Any]:
@@ -41,6 +41,7 @@ def placeholder(name: str, created: float, gpus: int = 1, node_name: str | None 
                 policy_name: str = "pool") -> dict[str, Any]:
     spec: dict[str, Any] = {"nodeSelector": dict(POOL), "containers": [{
         "name": "placeholder", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
+    marked = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
     if node_name:
         spec["nodeName"] = node_name
     return {"metadata": {"namespace": "tessera", "name": name, "creationTimestamp": stamp(created),
@@ -48,7 +49,7 @@ def placeholder(name: str, created: float, gpus: int = 1, node_name: str | None 
                          "annotations": {scaleup.ASK_ANNOTATION: json.dumps(
                              {"policy": policy_name, "model": "A100-80GB", "gpus": gpus,
                               "pods": []})}},
-            "spec": spec, "status": {"phase": "Pending"}}
+            "spec": spec, "status": {"phase": "Pending", "conditions": [marked]}}
 
 
 def read(raw: dict[str, Any]) -> scaleup.Placeholder:
@@ -99,7 +100,7 @@ def test_placeholders_that_are_bound_expired_or_orphaned_are_deleted() -> None:
     assert {p.key: why for p, why in decided.delete} == {
         "tessera/bound": "bound to n1", "tessera/stale": "no node came within 900 s",
         "tessera/orphan": "its policy no longer asks for scale-up"}
-    assert [(name, ask.gpus) for name, ask in decided.create] == [("pool", 1)]
+    assert [(name, ask.gpus) for name, _, ask in decided.create] == [("pool", 1)]
 
 
 def test_an_existing_placeholder_of_the_same_shape_stands_for_a_new_ask() -> None:
@@ -107,7 +108,7 @@ def test_an_existing_placeholder_of_the_same_shape_stands_for_a_new_ask() -> Non
     waiting = [pending_pod(pod("p1", "nvidia.com/mig-7g.80gb"))]
     first = scaleup.plan_round(waiting, [], nodes={}, partitions={}, policies=policies,
                                now=1000, ttl_s=900)
-    ((_, ask),) = first.create
+    ((_, _, ask),) = first.create
     body = scaleup.placeholder_body(policies[0], ask, namespace="tessera",
                                     priority_class="low", image="pause")
     body["metadata"].update(name="ph", creationTimestamp=stamp(1000))
@@ -130,7 +131,7 @@ def test_the_placeholder_says_what_the_autoscaler_must_provide() -> None:
                 {"key": "kind", "operator": "In", "values": ["big"]}]}]}}}}})
     decided = scaleup.plan_round([waiting], [], nodes={}, partitions={}, policies=[chosen],
                                  now=1000, ttl_s=900)
-    ((_, ask),) = decided.create
+    ((_, _, ask),) = decided.create
     body = scaleup.placeholder_body(chosen, ask, namespace="tessera", priority_class="low",
                                     image="pause")
     spec = body["spec"]
@@ -201,7 +202,8 @@ def test_a_pod_that_fits_nowhere_is_asked_for_once_then_handed_over() -> None:
     assert len(recorder.placeholders) == 1
     created = {**body, "metadata": {**body["metadata"], "name": "placeholder-1",
                                     "creationTimestamp": stamp(clock.now - 5)},
-               "status": {"phase": "Pending"}}
+               "status": {"phase": "Pending", "conditions": [{
+                   "type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}
     cache.put("pod", "ADDED", created)
     clock.now += 10
     controller.tick()
@@ -219,6 +221,34 @@ def test_a_pod_that_fits_nowhere_is_asked_for_once_then_handed_over() -> None:
     assert len(recorder.placeholders) == 1
     events = {r: m for p, r, m, _ in recorder.pod_events if p == "ml/big"}
     assert events["ScaleUpArriving"].startswith("node node-b is joining")
+
+
+def test_a_pod_is_asked_for_only_once_it_has_found_no_room_for_the_delay() -> None:
+    _, recorder, controller, clock = overflowing({**SCALE_UP, "delaySeconds": 15})
+    assert recorder.placeholders == [], "a plan in flight may yet make room"
+    clock.now += 10
+    controller.tick()
+    assert recorder.placeholders == []
+    clock.now += 6
+    controller.tick()
+    assert len(recorder.placeholders) == 1
+
+
+def test_no_scheduler_binds_a_placeholder_and_one_never_marked_is_asked_again() -> None:
+    cache, recorder, controller, clock = overflowing()
+    (body,) = recorder.placeholders
+    assert body["spec"]["schedulerName"] == scaleup.PLACEHOLDER_SCHEDULER
+    unmarked = {**body, "metadata": {**body["metadata"], "name": "placeholder-1",
+                                     "creationTimestamp": stamp(clock.now)},
+                "status": {"phase": "Pending"}}
+    cache.put("pod", "ADDED", unmarked)
+    clock.now += 10
+    controller.tick()
+    assert recorder.deleted_placeholders == []
+    clock.now += 30
+    controller.tick()
+    assert recorder.deleted_placeholders == [("tessera/placeholder-1",
+                                              "never marked Unschedulable: asked again")]
 
 
 def test_placeholders_are_never_gpu_demand_of_their_own() -> None:
@@ -243,3 +273,111 @@ def test_the_label_outside_the_controller_s_namespace_makes_no_placeholder() -> 
     clock.now += 10
     controller.tick()
     assert all(key != "ml/impostor" for key, _ in recorder.deleted_placeholders)
+
+
+# -- ProvisioningRequests (Cluster Autoscaler, GKE) ---------------------------------------------
+
+def test_method_auto_asks_through_provisioning_requests_where_they_are_served() -> None:
+    chosen = PartitionPolicy.model_validate(policy())
+    forced = PartitionPolicy.model_validate(policy({**SCALE_UP, "method": "placeholders"}))
+    strict = PartitionPolicy.model_validate(policy({**SCALE_UP, "method": "provisioningRequest"}))
+    assert scaleup.kind_for(chosen, True) == scaleup.PROVISIONING_REQUEST
+    assert scaleup.kind_for(chosen, False) == scaleup.POD
+    assert scaleup.kind_for(forced, True) == scaleup.POD
+    assert scaleup.kind_for(strict, False) is None
+    _, problems = scaleup.targets([strict], provisioning_requests=False)
+    assert "does not serve autoscaling.x-k8s.io/v1 ProvisioningRequests" in problems["pool"]
+
+
+def test_a_provisioning_request_carries_its_pod_template_and_upstream_s_class() -> None:
+    chosen = PartitionPolicy.model_validate(policy())
+    decided = scaleup.plan_round([pending_pod(pod("p1", "nvidia.com/mig-7g.80gb"))], [],
+                                 nodes={}, partitions={}, policies=[chosen], now=1000,
+                                 ttl_s=900, provisioning_requests=True)
+    ((_, kind, ask),) = decided.create
+    assert kind == scaleup.PROVISIONING_REQUEST
+    body = scaleup.placeholder_body(chosen, ask, namespace="tessera", priority_class="low",
+                                    image="pause", kind=kind)
+    assert body["apiVersion"] == "autoscaling.x-k8s.io/v1"
+    assert body["spec"]["provisioningClassName"] == (
+        "best-effort-atomic-scale-up.autoscaling.x-k8s.io")
+    assert body["spec"]["podSets"][0]["count"] == 1
+    template = body["podTemplate"]["template"]["spec"]
+    assert template["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": "1"}
+    assert template["nodeSelector"] == POOL
+    assert "through a ProvisioningRequest" in decided.asked["ml/p1"][1]
+    # Read back (name given by the writer), it is the same ask: nothing new is created.
+    body["metadata"].update(name="req", creationTimestamp=stamp(1000))
+    again = scaleup.plan_round([pending_pod(pod("p1", "nvidia.com/mig-7g.80gb"))],
+                               [read(body)], nodes={}, partitions={}, policies=[chosen],
+                               now=1001, ttl_s=900, provisioning_requests=True)
+    assert again.create == []
+    assert again.delete == []
+    # A node it brought answers it like a placeholder pod.
+    answered = scaleup.plan_round([], [read(body)], nodes={"n": new_node("n", 1005)},
+                                  partitions={}, policies=[chosen], now=1006, ttl_s=900,
+                                  provisioning_requests=True)
+    assert [why for _, why in answered.delete] == ["node n registered for it"]
+
+
+def test_a_failed_provisioning_request_is_not_asked_again_before_its_ttl() -> None:
+    chosen = PartitionPolicy.model_validate(policy())
+    waiting = [pending_pod(pod("p1", "nvidia.com/mig-7g.80gb"))]
+    ((_, kind, ask),) = scaleup.plan_round(waiting, [], nodes={}, partitions={},
+                                           policies=[chosen], now=1000, ttl_s=900,
+                                           provisioning_requests=True).create
+    body = scaleup.placeholder_body(chosen, ask, namespace="tessera", priority_class="",
+                                    image="pause", kind=kind)
+    body["metadata"].update(name="req", creationTimestamp=stamp(1000))
+    body["status"] = {"conditions": [{"type": "Failed", "status": "True",
+                                      "reason": "CapacityIsNotFound",
+                                      "message": "no node group can hold it"}]}
+    decided = scaleup.plan_round(waiting, [read(body)], nodes={}, partitions={},
+                                 policies=[chosen], now=1100, ttl_s=900,
+                                 provisioning_requests=True)
+    assert decided.create == []
+    assert decided.asked["ml/p1"][0] == "ScaleUpFailed"
+    assert "no node group can hold it" in decided.asked["ml/p1"][1]
+    expired = scaleup.plan_round(waiting, [read(body)], nodes={}, partitions={},
+                                 policies=[chosen], now=2000, ttl_s=900,
+                                 provisioning_requests=True)
+    assert [why for _, why in expired.delete] == ["no node came within 900 s"]
+    assert len(expired.create) == 1
+
+
+def test_the_loop_asks_through_a_provisioning_request_and_reads_it_back() -> None:
+    cache, recorder, controller, clock = setup(policy(), namespace="tessera",
+                                               provisioning_requests=True)
+    cache.put("node", "ADDED", node("node-a"))
+    cache.put("nodepartition", "ADDED", partition("node-a", [
+        {"profile": "7g.80gb", "start": 0, "gpuInstanceId": 0, "uuid": "MIG-1"}]))
+    cache.put("pod", "ADDED", pod("held", "nvidia.com/mig-7g.80gb", node_name="node-a",
+                                  gated=False))
+    cache.put("pod", "ADDED", pod("big", "nvidia.com/mig-7g.80gb"))
+    controller.tick()
+    clock.now += 1
+    controller.tick()
+    (body,) = recorder.placeholders
+    assert body["kind"] == "ProvisioningRequest"
+    stored = {k: v for k, v in body.items() if k != "podTemplate"}
+    stored["metadata"] = {**body["metadata"], "name": "placeholder-1",
+                          "creationTimestamp": stamp(clock.now)}
+    cache.put("provisioningrequest", "ADDED", stored)
+    assert list(cache.placeholder_view()) == ["ProvisioningRequest:tessera/placeholder-1"]
+    cache.put("node", "ADDED", new_node("node-b", clock.now + 1))
+    clock.now += 10
+    controller.tick()
+    assert recorder.deleted_placeholders == [("tessera/placeholder-1",
+                                              "node node-b registered for it")]
+    assert recorder.deleted_kinds == ["ProvisioningRequest"]
+
+
+def test_a_scale_up_the_cluster_cannot_serve_marks_the_policy_invalid() -> None:
+    strict = policy({**SCALE_UP, "method": "provisioningRequest"})
+    cache, recorder, controller, _ = setup(strict, namespace="tessera")
+    cache.put("node", "ADDED", node("node-a"))
+    controller.tick()
+    ((name, status),) = recorder.policy_statuses
+    (condition,) = status.conditions
+    assert (name, condition.status, condition.reason) == ("pool", "True", "ScaleUpInvalid")
+    assert "spec.scaleUp.method" in condition.message

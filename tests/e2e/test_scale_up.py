@@ -10,6 +10,7 @@ node exists, a real kubelet and agent then start under the node's name, and ever
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from typing import cast
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from tessera.api.v1alpha1 import GROUP, VERSION
 from tessera.controller.demand import PLACEHOLDER_LABEL
@@ -60,6 +62,13 @@ def system(cluster: Cluster) -> Iterator[tuple[TesseraDeployment, Karpenter]]:
     finally:
         karpenter.stop()
         running.uninstall()
+        # Nothing of this module may ask for nodes in the next one's.
+        with contextlib.suppress(ApiException):
+            running.custom.delete_cluster_custom_object(GROUP, VERSION, "partitionpolicies",
+                                                        POLICY)
+        with contextlib.suppress(ApiException):
+            running.custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodepools",
+                                                        "gpus")
         core = client.CoreV1Api(cluster.api_client())
         for node in core.list_node().items:
             if (node.spec.provider_id or "").startswith("kwok://"):
@@ -111,7 +120,8 @@ def test_with_scale_up_karpenter_adds_a_node_and_every_pod_runs(
     running, karpenter = system
     core = running.core
     running.custom.patch_cluster_custom_object(GROUP, VERSION, "partitionpolicies", POLICY, {
-        "spec": {"scaleUp": {"enabled": True, "models": ["A100-80GB"], "gpusPerNode": 2}}})
+        "spec": {"scaleUp": {"enabled": True, "models": ["A100-80GB"], "gpusPerNode": 2,
+                             "delaySeconds": 2}}})
     # Two 3g.40gb pods fill one A100-80GB: one placeholder asking one whole GPU.
     placeholders = eventually(lambda: _placeholders(core), 30, "a placeholder pod")
     assert len(placeholders) == 1
@@ -119,6 +129,12 @@ def test_with_scale_up_karpenter_adds_a_node_and_every_pod_runs(
     requests = placeholder.spec.containers[0].resources.requests
     assert requests == {"nvidia.com/gpu": "1"}
     assert placeholder.spec.node_selector == POOL
+    # No scheduler binds it (so it never holds a GPU); the controller marks it Unschedulable,
+    # which is what the autoscaler acts on.
+    assert placeholder.spec.scheduler_name == "tessera-placeholder"
+    assert not placeholder.spec.node_name
+    marked = [(c.type, c.status, c.reason) for c in placeholder.status.conditions or []]
+    assert ("PodScheduled", "False", "Unschedulable") in marked
     assert placeholder.spec.priority_class_name == "tessera-placeholder"
     assert placeholder.spec.priority == -5
     assert not placeholder.spec.scheduling_gates  # the admission gate leaves it alone

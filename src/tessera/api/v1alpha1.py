@@ -325,6 +325,9 @@ class ScaleUpSpec(_Model):
         "nvidia.com/gpu.count label).")
     max_gpus: int = Field(default=64, ge=1, le=4096,
                           description="The most GPUs asked for at once for this policy.")
+    delay_seconds: int = Field(
+        default=15, ge=0, le=3600, description="How long a pod must have found no room "
+        "before capacity is asked for it: a repartition in flight may yet make room.")
     arrival_timeout_seconds: int = Field(
         default=600, ge=30, description="How long a new node that has not reported its GPUs "
         "still counts as capacity on its way; after it, its pods are asked for again.")

@@ -75,7 +75,9 @@ class Writer(Protocol):
         """Create a scale-up placeholder pod; its ``namespace/name``, or None if refused."""
         ...
 
-    def delete_placeholder(self, key: str, reason: str) -> None: ...
+    def delete_placeholder(self, kind: str, key: str, reason: str) -> None:
+        """Delete a placeholder pod or ProvisioningRequest (``kind``) by ``namespace/name``."""
+        ...
 
 
 class Metrics(Protocol):
@@ -159,6 +161,12 @@ class ClusterCache:
                     self.pods[key] = raw
                     if demand.is_placeholder(raw, self.placeholder_namespace):
                         self.placeholders[key] = raw
+            elif kind == "provisioningrequest":
+                key = scaleup.cache_key(scaleup.PROVISIONING_REQUEST, demand.pod_key(raw))
+                if event_type == "DELETED":
+                    self.placeholders.pop(key, None)
+                elif raw.get("metadata", {}).get("namespace") == self.placeholder_namespace:
+                    self.placeholders[key] = {**raw, "kind": scaleup.PROVISIONING_REQUEST}
             elif kind == "node":
                 if event_type == "DELETED":
                     self.nodes.pop(name, None)
@@ -234,6 +242,9 @@ class ControllerSettings:
     none stays behind."""
     scale_up_image: str = "registry.k8s.io/pause:3.10"
     """The placeholders' image: they never start (deleted before their node is Ready)."""
+    provisioning_requests: bool = False
+    """The API server serves autoscaling.x-k8s.io/v1 ProvisioningRequests (found at start):
+    scale-up policies with method auto ask through them instead of placeholder pods."""
     scale_up_resync_s: float = 5.0
     """Scale-up is reconsidered on any change of its inputs, or at least this often (node
     arrival and placeholder expiry are timed)."""
@@ -282,8 +293,9 @@ class _State:
     """Pods told once that no DRA node offers their profile."""
     dra_inputs: object = None
     """What the last curation was computed from (the DRA partitions by identity, exemptions)."""
-    unplaced: set[str] = field(default_factory=set)
-    """Pods the last plan that considered them could not place: the scale-up demand."""
+    unplaced: dict[str, float] = field(default_factory=dict)
+    """Pods the last plan that considered them could not place (the scale-up demand), with
+    when (wall clock) they were first found so."""
     planned_nodes: frozenset[str] = frozenset()
     """Nodes with reported GPUs in the last plan's view: a node not among them is capacity
     the planner has not tried yet, so scale-up counts it as still arriving."""
@@ -538,7 +550,7 @@ class Controller:
         """Ask the autoscaler for the capacity the unplaced pods need; hand over, expire and
         withdraw placeholders (:mod:`tessera.controller.scaleup`)."""
         state = self.state
-        state.unplaced &= set(waiting)
+        state.unplaced = {k: t for k, t in state.unplaced.items() if k in waiting}
         raw = self.cache.placeholder_view()
         for name, (body, since) in list(state.scale_created.items()):
             if name in raw or now - since > self.settings.plan_timeout_s:
@@ -563,16 +575,18 @@ class Controller:
         decided = scaleup.plan_round(
             [self.cache.facts(k, p).pending for k, p in sorted(unplaced.items())],
             placeholders, nodes=nodes, partitions=partitions, policies=policies,
-            now=self._wall(), ttl_s=self.settings.scale_up_ttl_s, planned=state.planned_nodes)
+            now=self._wall(), ttl_s=self.settings.scale_up_ttl_s, planned=state.planned_nodes,
+            since=state.unplaced,
+            provisioning_requests=self.settings.provisioning_requests)
         for placeholder, reason in decided.delete:
-            state.scale_created.pop(placeholder.key, None)
-            self.writer.delete_placeholder(placeholder.key, reason)
+            state.scale_created.pop(scaleup.cache_key(placeholder.kind, placeholder.key), None)
+            self.writer.delete_placeholder(placeholder.kind, placeholder.key, reason)
         by_name = {p.metadata.name: p for p in policies}
-        for policy, ask in decided.create:
+        for policy, kind, ask in decided.create:
             body = scaleup.placeholder_body(
                 by_name[policy], ask, namespace=self.settings.namespace,
                 priority_class=self.settings.scale_up_priority_class,
-                image=self.settings.scale_up_image)
+                image=self.settings.scale_up_image, kind=kind)
             key = self.writer.create_placeholder(body)
             if key is None:
                 state.scale_inputs = None  # refused: try again next tick
@@ -581,9 +595,9 @@ class Controller:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._wall()))
             body = {**body, "metadata": {**body["metadata"], "name": name,
                                          "creationTimestamp": stamp}}
-            state.scale_created[key] = (body, now)
+            state.scale_created[scaleup.cache_key(kind, key)] = (body, now)
         for pod, (reason, message) in sorted(decided.asked.items()):
-            self._tell(pod, reason, message, reason == "NoScaleUp")
+            self._tell(pod, reason, message, reason in ("NoScaleUp", "ScaleUpFailed"))
         self.metrics.record_scale_up(decided.requested_gpus)
 
     def _oldest_wait(self, waiting: Mapping[str, RawObject]) -> float:
@@ -670,13 +684,18 @@ class Controller:
             spec = NodePartitionSpec(gpus=gpus)
             spec = spec.model_copy(update={"plan_id": plan_id(name, spec, self.state.counter)})
             self._write(name, spec, partition, f"Policy{policy.spec.mode.capitalize()}", now)
+        _, scale_up_problems = scaleup.targets(policies, self.settings.provisioning_requests)
+        reasons = {key: "ScaleUpInvalid" for key in scale_up_problems if key not in problems}
+        for key, text in scale_up_problems.items():
+            problems.setdefault(key, text)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._wall()))
         for policy in policies:
             name = policy.metadata.name
             problem = problems.get(name)
             status = PartitionPolicyStatus(matched_nodes=matched[name], conditions=[
                 Condition(type="Invalid", status="True" if problem else "False",
-                          reason="LayoutDoesNotFit" if problem else "Valid",
+                          reason=(reasons.get(name, "LayoutDoesNotFit") if problem
+                                  else "Valid"),
                           message=problem or "the policy applies to every matched node",
                           last_transition_time=stamp,
                           observed_generation=policy.metadata.generation)])
@@ -723,14 +742,19 @@ class Controller:
         for placed in decision.pods:
             state.waiting[placed.pod] = _Waiting(placed.node, placed.requests, now)
             self._tell(placed.pod, "Placed", placed.message, False)
-        state.unplaced -= set(requests) | {left.pod for left in batch.later}
+        wall = self._wall()
+        kept = {k: state.unplaced[k] for k in requests if k in state.unplaced}
+        kept.update((left.pod, state.unplaced[left.pod]) for left in batch.later
+                    if left.pod in state.unplaced)
+        for key in set(requests) | {left.pod for left in batch.later}:
+            state.unplaced.pop(key, None)
         for pod, reason in decision.unplaced:
-            state.unplaced.add(pod)
+            state.unplaced[pod] = kept.get(pod, wall)
             self._tell(pod, "NoGPUFit", reason, True)
         for left in batch.later:
             self._tell(left.pod, "Waiting", f"not planned yet: {left.reason}", False)
             if not batch.cut_short:  # no capacity for them either: scale-up demand too
-                state.unplaced.add(left.pod)
+                state.unplaced[left.pod] = kept.get(left.pod, wall)
         # A batch cut short is no backlog: the pods it left may fit, and are planned at once.
         state.backlog = bool(decision.unplaced or batch.later) and not batch.cut_short
         state.batch_opened = None

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 import kopf
@@ -29,6 +31,7 @@ from tessera.api.v1alpha1 import (
     ObjectMeta,
     PartitionPolicyStatus,
 )
+from tessera.controller import scaleup
 from tessera.controller.demand import GATE
 from tessera.controller.loop import ClusterCache, Controller, ControllerSettings
 from tessera.kube.events import EventRecorder
@@ -114,6 +117,7 @@ class ApiWriter:
         self._partitions = NodePartitions(api)
         self._pods = Pods(api)
         self._custom = client.CustomObjectsApi(api)
+        self._api = api
         self._events = events
 
     def write_spec(self, node: str, spec: NodePartitionSpec,
@@ -170,26 +174,67 @@ class ApiWriter:
                             reason=reason, message=message, warning=warning)
 
     def create_placeholder(self, body: Mapping[str, Any]) -> str | None:
+        meta = body["metadata"]
         try:
-            key = self._pods.create(body)
+            if body["kind"] == scaleup.PROVISIONING_REQUEST:
+                key = self._provisioning_request(body)
+            else:
+                key = self._pods.create(body)
+                self._pods.mark_unschedulable(
+                    meta["namespace"], key.split("/", 1)[1],
+                    "a Tessera scale-up placeholder: it stands for GPU capacity no node has, "
+                    "and no scheduler binds it")
         except ApiException as exc:
-            log.warning("could not create a scale-up placeholder: %s %s", exc.status,
+            log.warning("could not create a scale-up %s: %s %s", body["kind"], exc.status,
                         exc.reason)
             return None
-        meta = body["metadata"]
-        log.info("scale-up: created placeholder %s asking %s", key, meta["annotations"].get(
-            "tessera.dev/scale-up", ""))
-        self._events.record(kind="Pod", name=key.split("/", 1)[1], namespace=meta["namespace"],
-                            api_version="v1", reason="ScaleUpRequested",
-                            message="stands for GPU pods that fit on no node: "
-                            f"{meta['annotations'].get('tessera.dev/scale-up', '')}",
-                            dedupe_s=0)
+        ask = meta["annotations"].get(scaleup.ASK_ANNOTATION, "")
+        log.info("scale-up: created %s %s asking %s", body["kind"], key, ask)
+        if body["kind"] == scaleup.POD:
+            self._events.record(kind="Pod", name=key.split("/", 1)[1],
+                                namespace=meta["namespace"], api_version="v1",
+                                reason="ScaleUpRequested", message="stands for GPU pods that "
+                                f"fit on no node: {ask}", dedupe_s=0)
         return key
 
-    def delete_placeholder(self, key: str, reason: str) -> None:
+    def _provisioning_request(self, body: Mapping[str, Any]) -> str:
+        """The request first, then its PodTemplate owned by it (deleted with it by the garbage
+        collector): a crash between the two leaves a request the autoscaler fails, which the
+        TTL removes, never a template nothing owns."""
+        meta = body["metadata"]
+        namespace = meta["namespace"]
+        name = f"tessera-scaleup-{secrets.token_hex(4)}"
+        request = {k: v for k, v in body.items() if k != "podTemplate"}
+        request["metadata"] = {**meta, "name": name}
+        request["spec"] = {**body["spec"], "podSets": [
+            {**body["spec"]["podSets"][0], "podTemplateRef": {"name": name}}]}
+        created = cast(dict[str, Any], self._custom.create_namespaced_custom_object(
+            scaleup.PROVREQ_GROUP, scaleup.PROVREQ_VERSION, namespace, scaleup.PROVREQ_PLURAL,
+            request))
+        template = dict(body["podTemplate"])
+        template["metadata"] = {**template["metadata"], "name": name, "ownerReferences": [{
+            "apiVersion": request["apiVersion"], "kind": scaleup.PROVISIONING_REQUEST,
+            "name": name, "uid": created["metadata"]["uid"]}]}
+        raw: Any = template  # the client posts a plain dict as it is
+        client.CoreV1Api(self._api).create_namespaced_pod_template(namespace, raw)
+        return f"{namespace}/{name}"
+
+    def delete_placeholder(self, kind: str, key: str, reason: str) -> None:
         namespace, name = key.split("/", 1)
-        if self._pods.delete(namespace, name):
-            log.info("scale-up: deleted placeholder %s: %s", key, reason)
+        if kind == scaleup.POD:
+            gone = self._pods.delete(namespace, name)
+        else:
+            try:
+                self._custom.delete_namespaced_custom_object(
+                    scaleup.PROVREQ_GROUP, scaleup.PROVREQ_VERSION, namespace,
+                    scaleup.PROVREQ_PLURAL, name)
+                gone = True
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                gone = False
+        if gone:
+            log.info("scale-up: deleted %s %s: %s", kind, key, reason)
 
     def policy_status(self, name: str, status: PartitionPolicyStatus) -> None:
         body = {"status": status.model_dump(by_alias=True, exclude_none=True, mode="json")}
@@ -200,7 +245,19 @@ class ApiWriter:
             log.warning("could not write PartitionPolicy %s status: %s", name, exc.reason)
 
 
-def build_registry(cache: ClusterCache) -> kopf.OperatorRegistry:
+def serves_provisioning_requests(api: client.ApiClient) -> bool:
+    """Whether the API server serves autoscaling.x-k8s.io/v1 ProvisioningRequests (Cluster
+    Autoscaler's CRD), by discovery."""
+    try:
+        found = client.CustomObjectsApi(api).get_api_resources(scaleup.PROVREQ_GROUP,
+                                                              scaleup.PROVREQ_VERSION)
+    except ApiException:
+        return False  # 404: the group is not served
+    return any(r.name == scaleup.PROVREQ_PLURAL for r in (found.resources or []))
+
+
+def build_registry(cache: ClusterCache, provisioning_requests: bool = False
+                   ) -> kopf.OperatorRegistry:
     """kopf handlers that only feed the cache; every decision is the loop's."""
     registry = kopf.OperatorRegistry()
 
@@ -214,13 +271,17 @@ def build_registry(cache: ClusterCache) -> kopf.OperatorRegistry:
     kopf.on.event(GROUP, VERSION, "nodepartitions", registry=registry)(feeder("nodepartition"))
     kopf.on.event(GROUP, VERSION, "partitionpolicies", registry=registry)(
         feeder("partitionpolicy"))
+    if provisioning_requests:
+        kopf.on.event(scaleup.PROVREQ_GROUP, scaleup.PROVREQ_VERSION, scaleup.PROVREQ_PLURAL,
+                      registry=registry)(feeder("provisioningrequest"))
     return registry
 
 
 Lister = Callable[[], list[dict[str, Any]]]
 
 
-def api_listers(api: client.ApiClient) -> tuple[tuple[str, Lister], ...]:
+def api_listers(api: client.ApiClient, provisioning_requests: bool = False
+                ) -> tuple[tuple[str, Lister], ...]:
     """A full list of every kind the decision loop reads, as raw objects (as watches give)."""
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
@@ -229,7 +290,12 @@ def api_listers(api: client.ApiClient) -> tuple[tuple[str, Lister], ...]:
     def items(listed: Any) -> list[dict[str, Any]]:
         return list(cast(dict[str, Any], listed).get("items") or [])
 
+    extra: tuple[tuple[str, Lister], ...] = ()
+    if provisioning_requests:
+        extra = (("provisioningrequest", lambda: items(custom.list_cluster_custom_object(
+            scaleup.PROVREQ_GROUP, scaleup.PROVREQ_VERSION, scaleup.PROVREQ_PLURAL))),)
     return (
+        *extra,
         ("pod", lambda: items(raw.sanitize_for_serialization(
             core.list_pod_for_all_namespaces()))),
         ("node", lambda: items(raw.sanitize_for_serialization(core.list_node()))),
@@ -313,13 +379,18 @@ def run(api: client.ApiClient, *, namespace: str, settings: ControllerSettings,
         lease_name: str = "tessera-controller", kubeconfig: str | None = None) -> None:
     cache = ClusterCache()
     metrics = ControllerMetrics()
+    provreqs = serves_provisioning_requests(api)
+    if provreqs:
+        log.info("the API server serves ProvisioningRequests: scale-up policies with method "
+                 "auto ask through them")
+    settings = replace(settings, provisioning_requests=provreqs)
     writer = ApiWriter(api, EventRecorder(api, "controller"))
     logging.getLogger("kopf").setLevel(logging.WARNING)  # one line per watch event otherwise
     controller = Controller(cache, writer, settings, metrics=metrics)
     me = identity or f"{socket.gethostname()}-{os.getpid()}"
     elector = LeaderElector(api, namespace, lease_name, me)
     stop = threading.Event()
-    registry = build_registry(cache)
+    registry = build_registry(cache, provreqs)
 
     @kopf.on.login(registry=registry)
     def _login(**kwargs: Any) -> Any:
@@ -338,7 +409,7 @@ def run(api: client.ApiClient, *, namespace: str, settings: ControllerSettings,
     synced = threading.Event()
 
     def decide() -> None:
-        prime_until_done(cache, api_listers(api), stop, synced)
+        prime_until_done(cache, api_listers(api, provreqs), stop, synced)
         _loop(controller, elector, metrics, stop, tick_s)
 
     worker = threading.Thread(target=decide, name="decision-loop", daemon=True)

@@ -6,16 +6,22 @@ So for each PartitionPolicy with ``spec.scaleUp.enabled`` the controller packs i
 pods into whole GPUs (:func:`tessera.core.scaleup.size`) and asks for them as **placeholder
 pods**: ungated, asking ``nvidia.com/gpu``, carrying the policy's node labels and the waiting
 pods' node selectors, affinities and tolerations, at a priority below every workload (any real
-pod preempts them) and labelled ``tessera.dev/placeholder`` so a restarted controller finds
-them. Karpenter and Cluster Autoscaler both provision for such pods.
+pod preempts them), labelled ``tessera.dev/placeholder`` so a restarted controller finds
+them, and naming a scheduler that does not exist (:data:`PLACEHOLDER_SCHEDULER`): nothing
+binds them, the controller marks them Unschedulable. Karpenter and Cluster Autoscaler both
+provision for such pods. Where the API server serves ``autoscaling.x-k8s.io/v1``
+ProvisioningRequests (Cluster Autoscaler, GKE), the same ask is a **ProvisioningRequest** of
+class ``best-effort-atomic-scale-up.autoscaling.x-k8s.io`` whose PodTemplate is the
+placeholder's spec: nothing then even looks like a pod to schedule.
 
 The hand-over: a placeholder is deleted as soon as a node created after it exists that would
-take it (the autoscaler's answer), before the node is Ready, so no placeholder ever holds a
-GPU; the node then counts as capacity on its way (:class:`~tessera.core.scaleup.Arriving`)
-until its agent reports and the planner places the waiting pods there. A placeholder older
-than the TTL, or bound to a node anyway, is deleted too; asks the demand no longer needs are
-withdrawn. Everything here is derived from the cluster (placeholders by label, nodes, reports)
-each tick: nothing is remembered that a new leader would lack.
+take it (the autoscaler's answer), before the node is Ready, so none ever holds a GPU (no
+scheduler would bind it anyway); the node then counts as capacity on its way
+(:class:`~tessera.core.scaleup.Arriving`) until its agent reports and the planner places the
+waiting pods there. A placeholder older than the TTL, or bound to a node anyway, is deleted
+too; asks the demand no longer needs are withdrawn. Everything here is derived from the cluster
+(placeholders by label, nodes, reports) each tick: nothing is remembered that a new leader
+would lack.
 """
 
 from __future__ import annotations
@@ -42,7 +48,9 @@ __all__ = [
     "Placeholder",
     "Round",
     "arriving",
+    "cache_key",
     "hand_overs",
+    "kind_for",
     "placeholder_body",
     "plan_round",
     "targets",
@@ -55,6 +63,23 @@ SHAPE_LABEL = "tessera.dev/scale-up-shape"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 """GPU feature discovery's label, which node pools and node group templates often declare."""
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+POD = "Pod"
+PROVISIONING_REQUEST = "ProvisioningRequest"
+PLACEHOLDER_SCHEDULER = "tessera-placeholder"
+"""The scheduler a placeholder pod names, which does not exist: no scheduler ever binds it,
+so it can never hold a GPU; the controller marks it Unschedulable itself (what autoscalers
+act on), as a scheduler that found no node would. Karpenter and Cluster Autoscaler take
+pods of any scheduler name (Karpenter's IsProvisionable; Cluster Autoscaler unless
+``--allowed-scheduler-names`` says otherwise), and judge them against existing nodes and
+node templates by their own simulation."""
+MARK_AFTER_S = 30.0
+"""A placeholder pod still not marked Unschedulable this long after creation (the controller
+stopped between its two writes) is deleted and asked again."""
+PROVREQ_GROUP, PROVREQ_VERSION, PROVREQ_PLURAL = (
+    "autoscaling.x-k8s.io", "v1", "provisioningrequests")
+PROVREQ_CLASS = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+"""Cluster Autoscaler's class that scales node groups up for the request (all or nothing per
+try, retried with backoff) and sets Provisioned or Failed (its apis module, v1 types.go)."""
 TRANSIENT_TAINTS = frozenset({
     "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
     "node.cloudprovider.kubernetes.io/uninitialized", "karpenter.sh/unregistered",
@@ -64,8 +89,9 @@ TRANSIENT_TAINTS = frozenset({
 
 @dataclass(frozen=True)
 class Placeholder:
-    """A placeholder pod, read back from the cluster."""
+    """A placeholder pod or ProvisioningRequest, read back from the cluster."""
 
+    kind: str
     key: str
     policy: str
     shape: str
@@ -74,7 +100,12 @@ class Placeholder:
     pods: tuple[str, ...]
     created: float
     node: str | None
-    raw: Mapping[str, Any]
+    scheduling: Mapping[str, Any]
+    """The spec fields that say where it may run (nodeSelector, affinity, tolerations)."""
+    failed: str | None = None
+    """A ProvisioningRequest the autoscaler gave up on: its Failed condition's message."""
+    marked: bool = True
+    """A placeholder pod carries its PodScheduled=False/Unschedulable condition."""
 
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> Placeholder | None:
@@ -82,23 +113,57 @@ class Placeholder:
         labels = meta.get("labels") or {}
         if demand.PLACEHOLDER_LABEL not in labels:
             return None
+        kind = PROVISIONING_REQUEST if raw.get("kind") == PROVISIONING_REQUEST else POD
         try:
             ask = json.loads((meta.get("annotations") or {}).get(ASK_ANNOTATION, "{}"))
             gpus, model, policy = int(ask["gpus"]), str(ask["model"]), str(ask["policy"])
             pods = tuple(str(p) for p in ask.get("pods") or ())
-        except (ValueError, KeyError, TypeError):
-            gpus, model, policy, pods = 0, "", "", ()  # not ours to read: withdrawn below
-        return cls(key=demand.pod_key(raw), policy=policy, shape=labels.get(SHAPE_LABEL, ""),
-                   gpus=gpus, model=model, pods=pods, created=demand.created_at(raw) or 0.0,
-                   node=raw.get("spec", {}).get("nodeName") or None, raw=raw)
+            scheduling = dict(ask.get("scheduling") or {})
+        except (ValueError, KeyError, TypeError, AttributeError):
+            gpus, model, policy, pods, scheduling = 0, "", "", (), {}  # not ours: withdrawn
+        failed = None
+        marked = True
+        if kind == POD:
+            scheduling = raw.get("spec") or {}
+            marked = any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                         for c in (raw.get("status") or {}).get("conditions") or [])
+        else:
+            for condition in (raw.get("status") or {}).get("conditions") or []:
+                if condition.get("type") == "Failed" and condition.get("status") == "True":
+                    failed = condition.get("message") or condition.get("reason") or "failed"
+        return cls(kind=kind, key=demand.pod_key(raw), policy=policy,
+                   shape=labels.get(SHAPE_LABEL, ""), gpus=gpus, model=model, pods=pods,
+                   created=demand.created_at(raw) or 0.0,
+                   node=(raw.get("spec") or {}).get("nodeName") or None if kind == POD else None,
+                   scheduling=scheduling, failed=failed, marked=marked)
+
+    def pending(self) -> PendingPod:
+        """Where it may run, as the planner's filters read a pod."""
+        return demand.pending_pod({"metadata": {"name": self.key}, "spec": self.scheduling})
 
 
-def _shape(policy: str, ask: scaleup.Ask) -> str:
-    text = json.dumps([policy, ask.gpus, ask.model, repr(ask.constraints)])
+def cache_key(kind: str, key: str) -> str:
+    """How the controller's cache names a placeholder: a pod by ``namespace/name`` as every
+    pod, a ProvisioningRequest with its kind in front (it may share a pod's name)."""
+    return key if kind == POD else f"{kind}:{key}"
+
+
+def _shape(policy: str, ask: scaleup.Ask, kind: str) -> str:
+    text = json.dumps([policy, kind, ask.gpus, ask.model, repr(ask.constraints)])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def targets(policies: Iterable[PartitionPolicy]
+def kind_for(policy: PartitionPolicy, provisioning_requests: bool) -> str | None:
+    """How the policy asks: ``spec.scaleUp.method``, auto meaning a ProvisioningRequest where
+    the API server serves them; None if it names one that is not served."""
+    spec = policy.spec.scale_up
+    method = spec.method if spec is not None else "auto"
+    if method == "placeholders" or (method == "auto" and not provisioning_requests):
+        return POD
+    return PROVISIONING_REQUEST if provisioning_requests else None
+
+
+def targets(policies: Iterable[PartitionPolicy], provisioning_requests: bool = False
             ) -> tuple[dict[str, scaleup.Target], dict[str, str]]:
     """Each scale-up policy's target, and the problems of those that cannot be one."""
     found: dict[str, scaleup.Target] = {}
@@ -106,6 +171,12 @@ def targets(policies: Iterable[PartitionPolicy]
     for policy in policies:
         spec = policy.spec.scale_up
         if spec is None or not spec.enabled:
+            continue
+        if kind_for(policy, provisioning_requests) is None:
+            problems[policy.metadata.name] = (
+                "spec.scaleUp.method: provisioningRequest, but the API server does not serve "
+                f"{PROVREQ_GROUP}/{PROVREQ_VERSION} ProvisioningRequests (install Cluster "
+                "Autoscaler with --enable-provisioning-requests, or use placeholders)")
             continue
         try:
             names = tuple(catalogue.model(m, field_name=f"spec.scaleUp.models[{i}]").name
@@ -187,7 +258,7 @@ def hand_overs(placeholders: Sequence[Placeholder], nodes: Mapping[str, Mapping[
     room: dict[str, int] = {}
     answered: dict[str, str] = {}
     for placeholder in sorted(placeholders, key=lambda p: (p.created, p.key)):
-        pod = demand.pending_pod(placeholder.raw)
+        pod = placeholder.pending()
         for name, node in sorted(nodes.items()):
             created = demand.created_at(node)
             if created is None or created < placeholder.created:
@@ -207,8 +278,8 @@ def hand_overs(placeholders: Sequence[Placeholder], nodes: Mapping[str, Mapping[
 class Round:
     """What one scale-up round decided: placeholders to create and delete, what to tell."""
 
-    create: list[tuple[str, scaleup.Ask]] = field(default_factory=list)
-    """(policy, ask) pairs with no placeholder yet."""
+    create: list[tuple[str, str, scaleup.Ask]] = field(default_factory=list)
+    """(policy, kind, ask) for asks with no placeholder yet."""
     delete: list[tuple[Placeholder, str]] = field(default_factory=list)
     """Placeholders to delete, with why."""
     asked: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -220,12 +291,17 @@ class Round:
 def plan_round(unplaced: Sequence[PendingPod], placeholders: Sequence[Placeholder], *,
                nodes: Mapping[str, Mapping[str, Any]],
                partitions: Mapping[str, NodePartition], policies: Sequence[PartitionPolicy],
-               now: float, ttl_s: float, planned: frozenset[str] = frozenset()) -> Round:
+               now: float, ttl_s: float, planned: frozenset[str] = frozenset(),
+               provisioning_requests: bool = False,
+               since: Mapping[str, float] | None = None) -> Round:
     """One round: hand-overs and expiries first, then the asks the unplaced pods need beyond
-    the nodes on their way, matched against the placeholders that stay (module docstring)."""
+    the nodes on their way, matched against the placeholders that stay (module docstring).
+    ``since``: when each pod was first found unplaced; a pod is asked for only after its
+    policy's ``delaySeconds`` (None: at once)."""
     found = Round()
-    wanted, _ = targets(policies)
+    wanted, _ = targets(policies, provisioning_requests)
     by_name = {p.metadata.name: p for p in policies}
+    kinds = {name: kind_for(by_name[name], provisioning_requests) or POD for name in wanted}
     staying: list[Placeholder] = []
     answered = hand_overs(
         [p for p in placeholders if not p.node and p.policy in wanted], nodes,
@@ -238,6 +314,8 @@ def plan_round(unplaced: Sequence[PendingPod], placeholders: Sequence[Placeholde
             found.delete.append((placeholder, "its policy no longer asks for scale-up"))
         elif now - placeholder.created > ttl_s:
             found.delete.append((placeholder, f"no node came within {ttl_s:.0f} s"))
+        elif not placeholder.marked and now - placeholder.created > MARK_AFTER_S:
+            found.delete.append((placeholder, "never marked Unschedulable: asked again"))
         elif placeholder.key in answered:
             found.delete.append((placeholder,
                                  f"node {answered[placeholder.key]} registered for it"))
@@ -246,28 +324,43 @@ def plan_round(unplaced: Sequence[PendingPod], placeholders: Sequence[Placeholde
     pools: dict[str, list[PendingPod]] = {}
     for pod in unplaced:
         chosen = _policy_for_pod(pod, policies, wanted)
-        if chosen is not None:
-            pools.setdefault(chosen, []).append(pod)
+        if chosen is None:
+            continue
+        spec = by_name[chosen].spec.scale_up
+        first = (since or {}).get(pod.key, now) if since is not None else None
+        if first is not None and spec is not None and now - first < spec.delay_seconds:
+            continue  # a plan in flight may yet make room: not worth a node yet
+        pools.setdefault(chosen, []).append(pod)
     for name, target in sorted(wanted.items()):
         sizing = scaleup.size(pools.get(name, []), target,
                               arriving(nodes, partitions, policies, by_name[name], now=now,
                                        planned=planned))
         free = [p for p in staying if p.policy == name]
         for ask in sizing.asks:
-            shape = _shape(name, ask)
+            shape = _shape(name, ask, kinds[name])
             match = next((p for p in free if p.shape == shape), None)
+            if match is not None and match.failed:
+                free.remove(match)
+                for key in ask.pods:
+                    found.asked[key] = ("ScaleUpFailed", (
+                        f"the cluster autoscaler could not provision {ask.gpus} whole "
+                        f"{ask.model} GPU(s) for this pod: {match.failed}; asked again once "
+                        f"{match.key} is {ttl_s:.0f} s old"))
+                continue
             if match is not None:
                 free.remove(match)
                 found.requested_gpus += match.gpus
             else:
-                found.create.append((name, ask))
+                found.create.append((name, kinds[name], ask))
                 found.requested_gpus += ask.gpus
+            through = ("a ProvisioningRequest" if kinds[name] == PROVISIONING_REQUEST
+                       else "a placeholder pod")
             for key in ask.pods:
                 found.asked[key] = ("ScaleUpRequested", (
                     f"no node has room: asked the cluster autoscaler for {ask.gpus} whole "
                     f"{ask.model} GPU(s) (nvidia.com/gpu) for this pod"
-                    f"{' and others like it' if len(ask.pods) > 1 else ''}, through a "
-                    f"placeholder pod (policy {name})"))
+                    f"{' and others like it' if len(ask.pods) > 1 else ''}, through "
+                    f"{through} (policy {name})"))
         for placeholder in free:
             found.delete.append((placeholder, "the waiting pods no longer need it"))
         for key, node in sizing.covered.items():
@@ -295,8 +388,10 @@ def _policy_for_pod(pod: PendingPod, policies: Sequence[PartitionPolicy],
 
 
 def placeholder_body(policy: PartitionPolicy, ask: scaleup.Ask, *, namespace: str,
-                     priority_class: str, image: str) -> dict[str, Any]:
-    """The placeholder pod for ``ask``: what the autoscaler sees (module docstring)."""
+                     priority_class: str, image: str, kind: str = POD) -> dict[str, Any]:
+    """The placeholder for ``ask`` (module docstring): a pod, or for ``kind``
+    ProvisioningRequest the request with its PodTemplate under ``podTemplate`` (the writer
+    creates both)."""
     name = policy.metadata.name
     constraints = ask.constraints
     selector = {**dict(policy.spec.node_selector.match_labels),
@@ -311,6 +406,7 @@ def placeholder_body(policy: PartitionPolicy, ask: scaleup.Ask, *, namespace: st
             "resources": {"requests": {catalogue.WHOLE_GPU_RESOURCE: str(ask.gpus)},
                           "limits": {catalogue.WHOLE_GPU_RESOURCE: str(ask.gpus)}},
         }],
+        "schedulerName": PLACEHOLDER_SCHEDULER,
         "terminationGracePeriodSeconds": 0,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
@@ -330,16 +426,27 @@ def placeholder_body(policy: PartitionPolicy, ask: scaleup.Ask, *, namespace: st
         if toleration.get("operator") == "Exists":
             toleration.pop("value", None)
     digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    scheduling = {k: spec[k] for k in ("nodeSelector", "affinity", "tolerations") if k in spec}
+    meta = {
+        "namespace": namespace,
+        "labels": {demand.PLACEHOLDER_LABEL: name if len(name) <= 63 else digest,
+                   SHAPE_LABEL: _shape(name, ask, kind),
+                   "app.kubernetes.io/managed-by": "tessera"},
+        "annotations": {ASK_ANNOTATION: json.dumps({
+            "policy": name, "model": ask.model, "gpus": ask.gpus,
+            "pods": list(ask.pods[:50]),
+            **({"scheduling": scheduling} if kind == PROVISIONING_REQUEST else {})},
+            separators=(",", ":"))},
+    }
+    if kind == POD:
+        return {"apiVersion": "v1", "kind": POD,
+                "metadata": {"generateName": "tessera-scaleup-", **meta}, "spec": spec}
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "generateName": "tessera-scaleup-", "namespace": namespace,
-            "labels": {demand.PLACEHOLDER_LABEL: name if len(name) <= 63 else digest,
-                       SHAPE_LABEL: _shape(name, ask),
-                       "app.kubernetes.io/managed-by": "tessera"},
-            "annotations": {ASK_ANNOTATION: json.dumps({
-                "policy": name, "model": ask.model, "gpus": ask.gpus,
-                "pods": list(ask.pods[:50])}, separators=(",", ":"))},
-        },
-        "spec": spec,
+        "apiVersion": f"{PROVREQ_GROUP}/{PROVREQ_VERSION}", "kind": PROVISIONING_REQUEST,
+        "metadata": meta,
+        "spec": {"provisioningClassName": PROVREQ_CLASS,
+                 "podSets": [{"podTemplateRef": {"name": ""}, "count": 1}]},
+        "podTemplate": {"apiVersion": "v1", "kind": "PodTemplate",
+                        "metadata": {"namespace": namespace, "labels": meta["labels"]},
+                        "template": {"spec": spec}},
     }

@@ -8,6 +8,7 @@ of the gate's position: the pod is either released onto the planned node or left
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,6 +69,15 @@ class Pods:
         created = self._core.create_namespaced_pod(namespace, raw)
         assert created.metadata is not None
         return f"{namespace}/{created.metadata.name}"
+
+    def mark_unschedulable(self, namespace: str, name: str, message: str) -> None:
+        """Set PodScheduled=False, reason Unschedulable: what a scheduler writes when no node
+        fits, for a pod no scheduler will look at (a scale-up placeholder)."""
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body: Any = {"status": {"conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": message, "lastTransitionTime": stamp}]}}
+        self._core.patch_namespaced_pod_status(name, namespace, body)
 
     def delete(self, namespace: str, name: str) -> bool:
         """Delete at once (no grace: nothing runs in it); False if it was gone already."""

@@ -233,7 +233,7 @@ class DynamicPolicy(_MigPolicy):
     def create_placeholder(self, body: Mapping[str, Any]) -> str | None:
         return None  # the simulated cluster has a fixed size: no autoscaler to ask
 
-    def delete_placeholder(self, key: str, reason: str) -> None:
+    def delete_placeholder(self, kind: str, key: str, reason: str) -> None:
         pass
 
     # -- the event loop's side ---------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import ipaddress
+import warnings
 from pathlib import Path
 
 from cryptography import x509
@@ -50,7 +51,13 @@ def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
 
 def _name(common_name: str, organizations: tuple[str, ...] = ()) -> x509.Name:
     attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
-    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    # X.509 bounds a common name to 64 characters and cryptography checks it; a kubelet's is
+    # system:node:<node>, and an autoscaler's node names can pass that (Go, which signs and
+    # reads the cluster's certificates, has no such bound).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name,
+                                             _validate=len(common_name) <= 64))
     return x509.Name(attributes)
 
 
