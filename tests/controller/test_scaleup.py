@@ -381,3 +381,14 @@ def test_a_scale_up_the_cluster_cannot_serve_marks_the_policy_invalid() -> None:
     (condition,) = status.conditions
     assert (name, condition.status, condition.reason) == ("pool", "True", "ScaleUpInvalid")
     assert "spec.scaleUp.method" in condition.message
+
+
+def test_a_restarted_controller_finds_its_placeholders_by_label_and_withdraws_them() -> None:
+    """Nothing about placeholders lives only in memory: a new leader that sees one no waiting
+    pod needs (its pods were placed or deleted meanwhile) deletes it."""
+    cache, recorder, controller, clock = setup(policy(), namespace="tessera")
+    cache.put("pod", "ADDED", placeholder("left-behind", clock.now - 60))
+    controller.tick()
+    assert recorder.deleted_placeholders == [("tessera/left-behind",
+                                              "the waiting pods no longer need it")]
+    assert recorder.placeholders == []
