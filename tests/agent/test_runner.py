@@ -24,6 +24,7 @@ class FakePartitions:
     def __init__(self) -> None:
         self.objects: dict[str, NodePartition] = {}
         self.status_writes = 0
+        self.reads = 0
         self._changed = threading.Condition()
         self._version = 0
 
@@ -37,14 +38,16 @@ class FakePartitions:
         return stored
 
     def get(self, name: str) -> NodePartition | None:
+        self.reads += 1
         return self.objects.get(name)
 
     def ensure(self, name: str) -> NodePartition:
+        self.reads += 1
         return self.objects.get(name) or self._bump(NodePartition(
             metadata=ObjectMeta(name=name, generation=1), spec=NodePartitionSpec()))
 
     def set_spec(self, name: str, spec: NodePartitionSpec) -> None:
-        current = self.ensure(name)
+        current = self.objects.get(name) or self.ensure(name)
         meta = current.metadata.model_copy(update={"generation": (current.metadata.generation
                                                                   or 0) + 1})
         self._bump(current.model_copy(update={"spec": spec, "metadata": meta}))
@@ -109,6 +112,31 @@ def test_a_new_plan_is_applied_reported_and_announced(agent_node: AgentNode) -> 
         reconciles = runner.reconciles
         _wait(lambda: runner.reconciles >= reconciles + 3)
         assert partitions.status_writes == writes, "an unchanged status is not written again"
+    finally:
+        runner.stop()
+        thread.join(10)
+
+
+def test_an_idle_agent_reads_what_its_watch_delivered_not_the_api_server(
+    agent_node: AgentNode,
+) -> None:
+    """At 2,000 nodes a GET per resync is hundreds of requests a second for nothing: a pass
+    reads the NodePartition the watch (or the agent's own status write) last showed."""
+    partitions, events = FakePartitions(), FakeEvents()
+    runner, thread = _runner(agent_node, partitions, events)
+    try:
+        _wait(lambda: "node-a" in partitions.objects and partitions.status_writes >= 1)
+        _wait(lambda: runner.reconciles >= 3)
+        reads, reconciles = partitions.reads, runner.reconciles
+        _wait(lambda: runner.reconciles >= reconciles + 5)
+        assert partitions.reads == reads
+        partitions.set_spec("node-a", NodePartitionSpec(
+            gpus=[mig(0, "7g.80gb@0")], plan_id="plan-w"))
+        _wait(lambda: (partitions.objects["node-a"].status is not None and
+                       partitions.objects["node-a"].status.applied_plan_id == "plan-w"))
+        assert partitions.reads == reads, "the new spec came by the watch"
+        runner.seen(None)  # the watch failed: the next pass reads the object afresh
+        _wait(lambda: partitions.reads > reads)
     finally:
         runner.stop()
         thread.join(10)

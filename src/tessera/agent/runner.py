@@ -63,6 +63,9 @@ class AgentRunner:
         self.reconciles = 0
         self._running = False
         self._last_pass = time.monotonic()
+        self._watched: NodePartition | None = None
+        """The NodePartition as the watch (or this agent's own last write) last showed it."""
+        self._watched_lock = threading.Lock()
 
     def wake(self) -> None:
         self._wake.set()
@@ -113,12 +116,14 @@ class AgentRunner:
         version: str | None = None
         while not self._stop.is_set():
             try:
-                for _kind, partition in self.partitions.watch(self.node_name, version, 30):
+                for kind, partition in self.partitions.watch(self.node_name, version, 30):
                     version = partition.metadata.resource_version
+                    self.seen(None if kind == "DELETED" else partition)
                     self._wake.set()
                     if self._stop.is_set():
                         return
             except ApiException as exc:
+                self.seen(None)  # what it showed may be stale now: read afresh next pass
                 if exc.status == 410:  # too old: list again from now
                     version = None
                 else:
@@ -126,16 +131,28 @@ class AgentRunner:
                                 exc.reason)
                     self._stop.wait(1.0)
             except Exception as exc:  # connection reset and the like: watch again
+                self.seen(None)
                 log.warning("watch of NodePartition %s ended: %s", self.node_name, exc)
                 self._stop.wait(1.0)
 
+    def seen(self, partition: NodePartition | None) -> None:
+        """What the watch delivered (None: nothing to trust, read it next pass)."""
+        with self._watched_lock:
+            self._watched = partition
+
     def reconcile_now(self) -> ReconcileResult:
-        partition = self.partitions.ensure(self.node_name)
+        with self._watched_lock:
+            partition = self._watched
+        if partition is None:
+            partition = self.partitions.ensure(self.node_name)
         result = self.reconciler.reconcile(partition)
         self.reconciles += 1
         self.metrics.record(result)
         if comparable(result.status) != comparable(partition.status):
-            self.partitions.write_status(self.node_name, result.status)
+            written = self.partitions.write_status(self.node_name, result.status)
+            with self._watched_lock:
+                if self._watched is partition:  # the watch has shown nothing newer meanwhile
+                    self._watched = written
         self._tell(partition, result)
         return result
 
