@@ -1,0 +1,75 @@
+"""Hollow GPU nodes (``tessera.testing.hollow``, the scale benchmark's nodes) against the real
+API server and the real controller: each publishes allocatable that follows its slices,
+reports through the agent's own status code, and takes the pods the controller places."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from tessera.api.v1alpha1 import GROUP, VERSION
+from tessera.testing.cluster import Cluster
+from tessera.testing.deployment import TesseraDeployment
+from tessera.testing.hollow import HollowNodes
+
+from ._util import eventually
+
+LABELS = {"tessera.dev/hollow": "true"}
+NAMES = ["hollow-a", "hollow-b", "hollow-c"]
+
+
+@pytest.fixture(scope="module")
+def hollow(cluster: Cluster) -> Iterator[tuple[TesseraDeployment, HollowNodes]]:
+    running = TesseraDeployment(cluster, "tessera")
+    running.install()
+    nodes = HollowNodes(cluster.api_client(), NAMES, ["A100-80GB"] * 2, labels=LABELS,
+                        resync_s=5.0)
+    worker = threading.Thread(target=nodes.run, daemon=True)
+    try:
+        running.create_policy({
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PartitionPolicy",
+            "metadata": {"name": "hollow"},
+            "spec": {"mode": "dynamic", "nodeSelector": {"matchLabels": LABELS}}})
+        nodes.start()
+        worker.start()
+        running.start_controller("c1", "--batch-idle-seconds", "0.3")
+        yield running, nodes
+    finally:
+        nodes.stopped.set()
+        worker.join(10)
+        running.uninstall()
+        running.custom.delete_cluster_custom_object(GROUP, VERSION, "partitionpolicies", "hollow")
+        for name in NAMES:
+            running.core.delete_node(name)
+
+
+def test_hollow_nodes_report_their_cards_and_take_the_pods_the_controller_places(
+        hollow: tuple[TesseraDeployment, HollowNodes]) -> None:
+    running, nodes = hollow
+    eventually(lambda: nodes.reported() == len(NAMES), 30, "every hollow node's report")
+    for i in range(12):
+        running.core.create_namespaced_pod("default", client.V1Pod(
+            metadata=client.V1ObjectMeta(name=f"h-{i}", labels={"app": "hollow"}),
+            spec=client.V1PodSpec(containers=[client.V1Container(
+                name="c", image="registry.invalid/x:1",
+                resources=client.V1ResourceRequirements(
+                    limits={"nvidia.com/mig-3g.40gb": "1"}))])))
+
+    def bound() -> list[str]:
+        pods = running.core.list_namespaced_pod("default", label_selector="app=hollow").items
+        return [p.spec.node_name for p in pods if p.spec.node_name]
+
+    placed = eventually(lambda: (found := bound()) and len(found) == 12 and found, 90,
+                        "all twelve pods bound by the scheduler")
+    assert sorted(set(placed)) == NAMES  # 12 x 3g.40gb = 6 GPUs: two per node
+    node = running.core.read_node("hollow-a")
+    assert node.status.allocatable["nvidia.com/mig-3g.40gb"] == "4"
+    writes = nodes.node_writes
+    passes = nodes.passes
+    eventually(lambda: nodes.passes >= passes + 2 * len(NAMES), 30, "two resyncs of each node")
+    assert nodes.node_writes == writes, "nothing changed: no Node status written"
+    running.core.delete_collection_namespaced_pod("default", label_selector="app=hollow",
+                                                  grace_period_seconds=0)
