@@ -14,6 +14,7 @@ import secrets
 import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, cast
 
@@ -44,6 +45,9 @@ __all__ = ["ApiWriter", "ControllerMetrics", "api_listers", "build_registry", "p
            "prime_until_done", "run"]
 
 log = logging.getLogger(__name__)
+
+RELEASE_WORKERS = 16
+"""Pod releases in flight at once (each a GET and a PATCH of one pod)."""
 
 
 class ControllerMetrics:
@@ -119,6 +123,7 @@ class ApiWriter:
         self._custom = client.CustomObjectsApi(api)
         self._api = api
         self._events = events
+        self._releases = ThreadPoolExecutor(RELEASE_WORKERS, thread_name_prefix="release")
 
     def write_spec(self, node: str, spec: NodePartitionSpec,
                    current: NodePartition | None) -> bool:
@@ -144,9 +149,21 @@ class ApiWriter:
         return True
 
     def release_pod(self, pod: str, node: str, hostname: str, gated: bool) -> None:
+        """Pinned and ungated from a pool of its own: each release is two round trips, and
+        a burst of a thousand released one by one took minutes (bench/scale_bench.py). The
+        loop's bookkeeping does not wait: a release the API server refuses (the pod went,
+        or changed) leaves the pod gated, and it is planned again."""
+        self._releases.submit(self._release, pod, node, hostname, gated)
+
+    def _release(self, pod: str, node: str, hostname: str, gated: bool) -> None:
         namespace, name = pod.split("/", 1)
-        if self._pods.release(namespace, name, GATE, {"kubernetes.io/hostname": hostname},
-                              gated):
+        try:
+            released = self._pods.release(namespace, name, GATE,
+                                          {"kubernetes.io/hostname": hostname}, gated)
+        except Exception:
+            log.exception("releasing %s onto %s failed", pod, node)
+            return
+        if released:
             self._events.record(kind="Pod", name=name, namespace=namespace, api_version="v1",
                                 reason="Released", message=f"pinned to {node}; its GPU "
                                 "capacity is there", dedupe_s=0)
@@ -384,7 +401,7 @@ def run(api: client.ApiClient, *, namespace: str, settings: ControllerSettings,
         log.info("the API server serves ProvisioningRequests: scale-up policies with method "
                  "auto ask through them")
     settings = replace(settings, provisioning_requests=provreqs)
-    writer = ApiWriter(api, EventRecorder(api, "controller"))
+    writer = ApiWriter(api, EventRecorder(api, "controller", workers=4))
     logging.getLogger("kopf").setLevel(logging.WARNING)  # one line per watch event otherwise
     controller = Controller(cache, writer, settings, metrics=metrics)
     me = identity or f"{socket.gethostname()}-{os.getpid()}"

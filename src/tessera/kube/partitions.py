@@ -82,6 +82,24 @@ class NodePartitions:
         raw = self._api.patch_cluster_custom_object_status(GROUP, VERSION, PLURAL, name, body)
         return NodePartition.model_validate(raw)
 
+    def watch_all(self, resource_version: str | None, timeout_s: int = 60
+                  ) -> Iterator[tuple[str, str, NodePartition | None]]:
+        """(event type, resourceVersion, object or None if deleted) for every NodePartition,
+        until the server closes the watch (then call again from the last resourceVersion)."""
+        stream = watch.Watch()
+        kwargs: dict[str, Any] = {"timeout_seconds": timeout_s}
+        if resource_version:
+            kwargs["resource_version"] = resource_version
+        try:
+            for event in stream.stream(self._api.list_cluster_custom_object, GROUP, VERSION,
+                                       PLURAL, **kwargs):
+                kind, raw = event["type"], event["object"]
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    yield (kind, raw["metadata"]["resourceVersion"],
+                           None if kind == "DELETED" else NodePartition.model_validate(raw))
+        finally:
+            stream.stop()
+
     def watch(self, name: str, resource_version: str | None,
               timeout_s: int = 60) -> Iterator[tuple[str, NodePartition]]:
         """Events for one NodePartition until the server closes the watch (then call again)."""

@@ -33,13 +33,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import pynvml
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tessera.agent.node import NodeRuntime, RuntimeSettings
 from tessera.agent.reconciler import Reconciler
 from tessera.agent.runner import AgentRunner
-from tessera.api.v1alpha1 import GROUP, VERSION, NodePartition
+from tessera.api.v1alpha1 import GROUP, VERSION
 from tessera.kube.config import api_client
 from tessera.kube.events import EventRecorder
 from tessera.kube.partitions import NodePartitions
@@ -119,7 +119,8 @@ class HollowNodes:
         and publish its allocatable."""
         for node in self.nodes.values():
             try:
-                self.core.create_node(node.node_body())
+                body: Any = node.node_body()  # the client posts a plain dict as it is
+                self.core.create_node(body)
             except ApiException as exc:
                 if exc.status != 409:
                     raise
@@ -129,8 +130,9 @@ class HollowNodes:
 
     def _untaint(self, name: str) -> None:
         raw = self.core.read_node(name)
-        taints = [t for t in (raw.spec.taints or []) if t.key != NOT_READY_TAINT]
-        if len(taints) != len(raw.spec.taints or []):
+        present = (raw.spec.taints if raw.spec is not None else None) or []
+        taints = [t for t in present if t.key != NOT_READY_TAINT]
+        if len(taints) != len(present):
             self.core.patch_node(name, {"spec": {"taints": taints or None}})
 
     def _pass(self, node: HollowNode) -> None:
@@ -164,35 +166,30 @@ class HollowNodes:
 
     def _watch(self) -> None:
         version: str | None = None
+        partitions = NodePartitions(self.api)
         while not self.stopped.is_set():
-            stream = watch.Watch()
             try:
-                kwargs: dict[str, Any] = {"timeout_seconds": 60}
-                if version:
-                    kwargs["resource_version"] = version
-                for event in stream.stream(self.custom.list_cluster_custom_object, GROUP,
-                                           VERSION, "nodepartitions", **kwargs):
-                    raw = event["object"]
-                    version = raw["metadata"]["resourceVersion"]
-                    name = raw["metadata"]["name"]
-                    node = self.nodes.get(name)
+                for _kind, seen_version, partition in partitions.watch_all(version, 60):
+                    version = seen_version
+                    if partition is None:
+                        continue
+                    node = self.nodes.get(partition.metadata.name)
                     if node is None:
                         continue
-                    node.runner.seen(None if event["type"] == "DELETED"
-                                     else NodePartition.model_validate(raw))
-                    self.woken.put(name)
+                    node.runner.seen(partition)
+                    self.woken.put(node.name)
             except ApiException as exc:
                 version = None if exc.status == 410 else version
-                for node in self.nodes.values():
-                    node.runner.seen(None)
+                self._forget_watched()
                 self.stopped.wait(1.0)
             except Exception as exc:  # connection reset and the like: watch again
                 log.warning("NodePartition watch ended: %s", exc)
-                for node in self.nodes.values():
-                    node.runner.seen(None)
+                self._forget_watched()
                 self.stopped.wait(1.0)
-            finally:
-                stream.stop()
+
+    def _forget_watched(self) -> None:
+        for node in self.nodes.values():
+            node.runner.seen(None)
 
     def run(self) -> None:
         """Reconcile the node each change is for at once, and every node every resync."""
@@ -216,7 +213,7 @@ class HollowNodes:
                 heapq.heappush(due, (now + self.resync_s, name))
 
     def reported(self) -> int:
-        listed = self.custom.list_cluster_custom_object(GROUP, VERSION, "nodepartitions")
+        listed: Any = self.custom.list_cluster_custom_object(GROUP, VERSION, "nodepartitions")
         return sum(1 for item in listed.get("items", [])
                    if item["metadata"]["name"] in self.nodes
                    and (item.get("status") or {}).get("gpus"))
