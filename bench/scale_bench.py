@@ -16,8 +16,11 @@ admission gate gates every GPU pod):
 5. **failover**: the leader is killed; the time until the standby's first plan (a pod created
    right after the kill is planned and released).
 
-Run: ``.venv/bin/python bench/scale_bench.py [--sizes 500,1000,2000] [--pods 1000]``
-(needs ``make cluster-bins``). Prints a table and writes JSON beside this file.
+Run: ``.venv/bin/python bench/scale_bench.py [--sizes 500,1000,2000] [--pods 1000]
+[--baseline-src DIR]`` (needs ``make cluster-bins``). With ``--baseline-src`` (the ``src`` of
+another checkout, e.g. a ``git worktree`` of an older commit) each size runs twice in this one
+run, the controller first from there and then from this tree, so the two are compared side by
+side. Prints the results and writes JSON beside this file.
 """
 
 from __future__ import annotations
@@ -144,8 +147,25 @@ class ReleaseWatch:
                     break
 
 
-def _size(sizes_n: int, pods: int, rest_s: float, out: Path) -> dict[str, Any]:
-    result: dict[str, Any] = {"nodes": sizes_n, "gpus": sizes_n * 8, "pods": pods}
+def _controller(deployment: TesseraDeployment, identity: str, src: str | None) -> Process:
+    """A controller process, importing Tessera from ``src`` when given (the baseline)."""
+    saved = os.environ.get("PYTHONPATH")
+    if src:
+        os.environ["PYTHONPATH"] = src
+    try:
+        return deployment.start_controller(identity, "--batch-idle-seconds", "0.5")
+    finally:
+        if src:
+            if saved is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = saved
+
+
+def _size(sizes_n: int, pods: int, rest_s: float, out: Path,
+          src: str | None = None) -> dict[str, Any]:
+    result: dict[str, Any] = {"nodes": sizes_n, "gpus": sizes_n * 8, "pods": pods,
+                              "controller": src or "this tree"}
     with Cluster() as cluster:
         cluster.start()
         deployment = TesseraDeployment(cluster, "tessera").install()
@@ -162,10 +182,10 @@ def _size(sizes_n: int, pods: int, rest_s: float, out: Path) -> dict[str, Any]:
         _wait_log(hollow, "ready", 60 + sizes_n * 0.5)
         result["hollow_start_s"] = round(time.monotonic() - began, 1)
         result["hollow_rss_mib"] = round(_rss_mib(hollow.pid), 0)
-        leader = deployment.start_controller("c1", "--batch-idle-seconds", "0.5")
+        leader = _controller(deployment, "c1", src)
         _wait_log(leader, "is the leader", 120)
         _wait_log(leader, "cache primed", 120)
-        standby = deployment.start_controller("c2", "--batch-idle-seconds", "0.5")
+        standby = _controller(deployment, "c2", src)
         time.sleep(10)  # the standby primes; the leader writes its first policy specs
         core = deployment.core
         # -- at rest
@@ -236,13 +256,18 @@ def main() -> None:
     parser.add_argument("--sizes", default="500,1000,2000")
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--rest-seconds", type=float, default=60.0)
+    parser.add_argument("--baseline-src", default=None)
     args = parser.parse_args()
     results = []
     here = Path(__file__).parent
     for n in (int(s) for s in args.sizes.split(",")):
-        found = _size(n, args.pods, args.rest_seconds, here / f"scale_results_{n}.json")
-        results.append(found)
-        print(json.dumps(found, indent=2), flush=True)
+        variants = [args.baseline_src, None] if args.baseline_src else [None]
+        for src in variants:
+            tag = "baseline" if src else "tree"
+            found = _size(n, args.pods, args.rest_seconds,
+                          here / f"scale_results_{n}_{tag}.json", src)
+            results.append(found)
+            print(json.dumps(found, indent=2), flush=True)
     (here / "scale_results.json").write_text(json.dumps(results, indent=2))
 
 

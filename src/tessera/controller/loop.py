@@ -291,6 +291,8 @@ class _State:
     """Pods handed to DRA whose ungating the cache has not shown yet."""
     dra_told: set[str] = field(default_factory=set)
     """Pods told once that no DRA node offers their profile."""
+    enforce_inputs: object = None
+    """What policy enforcement last looked at (objects by identity, plans in flight)."""
     dra_inputs: object = None
     """What the last curation was computed from (the DRA partitions by identity, exemptions)."""
     unplaced: dict[str, float] = field(default_factory=dict)
@@ -643,6 +645,14 @@ class Controller:
                           partitions: Mapping[str, NodePartition],
                           policies: list[PartitionPolicy], inflight: set[str],
                           now: float) -> None:
+        # The same objects (the cache replaces one on every change) and the same plans in
+        # flight ask the same of every node as last time: nothing. At 2,000 nodes the walk
+        # below was most of an idle tick's cost, five ticks a second.
+        inputs = (tuple(map(id, nodes.values())), tuple(map(id, partitions.values())),
+                  tuple(map(id, policies)), frozenset(inflight), self.state.counter)
+        if inputs == self.state.enforce_inputs:
+            return
+        self.state.enforce_inputs = inputs
         matched: dict[str, list[str]] = {p.metadata.name: [] for p in policies}
         problems: dict[str, str] = {}
         for name, node in sorted(nodes.items()):
@@ -701,6 +711,7 @@ class Controller:
                           observed_generation=policy.metadata.generation)])
             if comparable(policy.status) != comparable(status):
                 self.writer.policy_status(name, status)
+                self.state.enforce_inputs = None  # look again once the cache shows it
 
     def _plan(self, waiting: Mapping[str, RawObject], *, pods: Mapping[str, RawObject],
               bound: Mapping[str, Mapping[str, int]], nodes: Mapping[str, RawObject],
