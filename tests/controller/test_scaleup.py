@@ -167,9 +167,11 @@ def test_the_product_label_of_a_new_node_names_its_model() -> None:
 
 # -- the loop -------------------------------------------------------------------------------
 
-def overflowing(scale_up: dict[str, Any] | None = SCALE_UP) -> tuple[Any, Any, Any, Clock]:
+def overflowing(scale_up: dict[str, Any] | None = SCALE_UP,
+                **settings: Any) -> tuple[Any, Any, Any, Clock]:
     """One full A100 node and a pod asking a 7g.80gb that fits nowhere, planned once."""
-    cache, recorder, controller, clock = setup(policy(scale_up), namespace="tessera")
+    cache, recorder, controller, clock = setup(policy(scale_up), namespace="tessera",
+                                               **settings)
     cache.put("node", "ADDED", node("node-a"))
     cache.put("nodepartition", "ADDED", partition("node-a", [
         {"profile": "7g.80gb", "start": 0, "gpuInstanceId": 0, "uuid": "MIG-1"}]))
@@ -346,17 +348,7 @@ def test_a_failed_provisioning_request_is_not_asked_again_before_its_ttl() -> No
 
 
 def test_the_loop_asks_through_a_provisioning_request_and_reads_it_back() -> None:
-    cache, recorder, controller, clock = setup(policy(), namespace="tessera",
-                                               provisioning_requests=True)
-    cache.put("node", "ADDED", node("node-a"))
-    cache.put("nodepartition", "ADDED", partition("node-a", [
-        {"profile": "7g.80gb", "start": 0, "gpuInstanceId": 0, "uuid": "MIG-1"}]))
-    cache.put("pod", "ADDED", pod("held", "nvidia.com/mig-7g.80gb", node_name="node-a",
-                                  gated=False))
-    cache.put("pod", "ADDED", pod("big", "nvidia.com/mig-7g.80gb"))
-    controller.tick()
-    clock.now += 1
-    controller.tick()
+    cache, recorder, controller, clock = overflowing(provisioning_requests=True)
     (body,) = recorder.placeholders
     assert body["kind"] == "ProvisioningRequest"
     stored = {k: v for k, v in body.items() if k != "podTemplate"}

@@ -41,7 +41,7 @@ from tessera.api.v1alpha1 import (
 from tessera.controller import demand, dra, scaleup
 from tessera.controller.decide import decide, plan_id
 from tessera.controller.policies import policy_for, policy_gpu_specs
-from tessera.controller.snapshot import build_snapshot, node_labels
+from tessera.controller.snapshot import build_snapshot, node_allocatable, node_labels
 from tessera.core import catalogue, planner
 from tessera.core.errors import InvalidInputError
 
@@ -338,14 +338,6 @@ def _demand_mix(pods: Iterable[planner.PendingPod]) -> dict[str, float]:
     return mix
 
 
-def _allocatable(node: RawObject, resource: str) -> int:
-    value = (node.get("status", {}).get("allocatable") or {}).get(resource, "0")
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
-
-
 class Controller:
     def __init__(self, cache: ClusterCache, writer: Writer,
                  settings: ControllerSettings | None = None, *,
@@ -457,7 +449,12 @@ class Controller:
             pods = self._serve_dra(pods, dra.dra_nodes(nodes, on_dra), on_dra)
             nodes, partitions = _without(on_dra, nodes), _without(on_dra, partitions)
         inflight = self._inflight(partitions, now)
-        self._enforce_policies(nodes, partitions, list(policies.values()), inflight, now)
+        # The cache replaces an object on every change: these identities say what changed
+        # since a step last looked (enforcement and scale-up each skip an unchanged view).
+        seen = (tuple(map(id, nodes.values())), tuple(map(id, partitions.values())),
+                tuple(map(id, policies.values())))
+        self._enforce_policies(nodes, partitions, list(policies.values()), inflight, now,
+                               seen=seen)
         inflight |= set(self.state.written)
         waiting = {k: p for k, p in pods.items() if self.cache.facts(k, p).waiting}
         self.metrics.record_tick(len(waiting), True, self._oldest_wait(waiting))
@@ -472,7 +469,7 @@ class Controller:
         # it would be refused by the kubelet (found by the simulator driving this loop).
         self._release(pods, bound, nodes, partitions,
                       inflight=inflight | set(self.state.written), now=now)
-        self._scale_up(waiting, nodes, partitions, list(policies.values()), now)
+        self._scale_up(waiting, nodes, partitions, list(policies.values()), now, seen=seen)
 
     def _sort_dra(self, pods: Mapping[str, RawObject],
                   dra_nodes: Sequence[tuple[planner.Node, frozenset[str]]],
@@ -548,7 +545,7 @@ class Controller:
 
     def _scale_up(self, waiting: Mapping[str, RawObject], nodes: Mapping[str, RawObject],
                   partitions: Mapping[str, NodePartition], policies: list[PartitionPolicy],
-                  now: float) -> None:
+                  now: float, *, seen: object) -> None:
         """Ask the autoscaler for the capacity the unplaced pods need; hand over, expire and
         withdraw placeholders (:mod:`tessera.controller.scaleup`)."""
         state = self.state
@@ -565,9 +562,7 @@ class Controller:
             return
         unplaced = {k: waiting[k] for k in state.unplaced if k not in state.waiting}
         inputs = (state.planned_nodes, frozenset((k, id(p)) for k, p in unplaced.items()),
-                  frozenset((k, id(p)) for k, p in raw.items()),
-                  tuple(id(n) for n in nodes.values()),
-                  tuple(id(p) for p in partitions.values()), tuple(id(p) for p in policies))
+                  frozenset((k, id(p)) for k, p in raw.items()), seen)
         if (inputs == state.scale_inputs
                 and now - state.scale_at < self.settings.scale_up_resync_s):
             return
@@ -644,12 +639,11 @@ class Controller:
     def _enforce_policies(self, nodes: Mapping[str, RawObject],
                           partitions: Mapping[str, NodePartition],
                           policies: list[PartitionPolicy], inflight: set[str],
-                          now: float) -> None:
-        # The same objects (the cache replaces one on every change) and the same plans in
-        # flight ask the same of every node as last time: nothing. At 2,000 nodes the walk
-        # below was most of an idle tick's cost, five ticks a second.
-        inputs = (tuple(map(id, nodes.values())), tuple(map(id, partitions.values())),
-                  tuple(map(id, policies)), frozenset(inflight), self.state.counter)
+                          now: float, *, seen: object) -> None:
+        # The same objects (``seen``: their identities) and the same plans in flight ask the
+        # same of every node as last time: nothing. At 2,000 nodes the walk below was most of
+        # an idle tick's cost, five ticks a second.
+        inputs = (seen, frozenset(inflight), self.state.counter)
         if inputs == self.state.enforce_inputs:
             return
         self.state.enforce_inputs = inputs
@@ -753,19 +747,21 @@ class Controller:
         for placed in decision.pods:
             state.waiting[placed.pod] = _Waiting(placed.node, placed.requests, now)
             self._tell(placed.pod, "Placed", placed.message, False)
+        # Scale-up demand: what this plan could not place, and the pods it left for lack of
+        # capacity (not those a batch cut short left, which are planned at once), each with
+        # when it was first found so.
+        later = {left.pod for left in batch.later}
+        still = {pod for pod, _ in decision.unplaced} | (set() if batch.cut_short else later)
         wall = self._wall()
-        kept = {k: state.unplaced[k] for k in requests if k in state.unplaced}
-        kept.update((left.pod, state.unplaced[left.pod]) for left in batch.later
-                    if left.pod in state.unplaced)
-        for key in set(requests) | {left.pod for left in batch.later}:
-            state.unplaced.pop(key, None)
+        for key in set(requests) | later:
+            if key in still:
+                state.unplaced.setdefault(key, wall)
+            else:
+                state.unplaced.pop(key, None)
         for pod, reason in decision.unplaced:
-            state.unplaced[pod] = kept.get(pod, wall)
             self._tell(pod, "NoGPUFit", reason, True)
         for left in batch.later:
             self._tell(left.pod, "Waiting", f"not planned yet: {left.reason}", False)
-            if not batch.cut_short:  # no capacity for them either: scale-up demand too
-                state.unplaced[left.pod] = kept.get(left.pod, wall)
         # A batch cut short is no backlog: the pods it left may fit, and are planned at once.
         state.backlog = bool(decision.unplaced or batch.later) and not batch.cut_short
         state.batch_opened = None
@@ -827,7 +823,7 @@ class Controller:
         slice shows at its next status sync, a destroyed one goes only then), so it alone
         could release a pod onto a slice that is gone; the agent's report alone could release
         one before the kubelet advertises its slice."""
-        allocatable = _allocatable(raw, resource)
+        allocatable = node_allocatable(raw, resource)
         if (partition is None or partition.status is None
                 or not resource.startswith(catalogue.MIG_RESOURCE_PREFIX)
                 or resource.endswith(catalogue.SHARED_SUFFIX)):

@@ -35,7 +35,7 @@ from typing import Any
 from tessera.api.v1alpha1 import NodePartition, PartitionPolicy
 from tessera.controller import demand
 from tessera.controller.policies import policy_for
-from tessera.controller.snapshot import node_labels, node_taints
+from tessera.controller.snapshot import node_allocatable, node_labels, node_taints
 from tessera.core import catalogue, scaleup
 from tessera.core.errors import TesseraError
 from tessera.core.planner import Node, PendingPod
@@ -198,15 +198,13 @@ def targets(policies: Iterable[PartitionPolicy], provisioning_requests: bool = F
 
 
 def _gpus_of(node: Mapping[str, Any], labels: Mapping[str, str], default: int) -> int:
-    allocatable = (node.get("status", {}).get("allocatable") or {}).get(
-        catalogue.WHOLE_GPU_RESOURCE)
-    for text in (allocatable, labels.get(GPU_COUNT_LABEL)):
-        try:
-            if text is not None and int(str(text)) > 0:
-                return int(str(text))
-        except ValueError:
-            continue
-    return default
+    """A new node's GPUs: its nvidia.com/gpu allocatable, else its GPU count label, else
+    what the policy says its nodes have."""
+    allocatable = node_allocatable(node, catalogue.WHOLE_GPU_RESOURCE)
+    if allocatable > 0:
+        return allocatable
+    label = labels.get(GPU_COUNT_LABEL, "")
+    return int(label) if label.isdigit() and int(label) > 0 else default
 
 
 def _model_of(labels: Mapping[str, str]) -> str | None:

@@ -24,13 +24,22 @@ from tessera.core import catalogue
 from tessera.core.planner import Gpu, GpuSlice, Node, Policy, Snapshot, Taint
 from tessera.core.planner.model import Sharing
 
-__all__ = ["build_snapshot", "node_labels", "node_taints"]
+__all__ = ["build_snapshot", "node_allocatable", "node_labels", "node_taints"]
 
 RawNode = Mapping[str, Any]
 
 
 def node_labels(node: RawNode) -> dict[str, str]:
     return dict(node.get("metadata", {}).get("labels") or {})
+
+
+def node_allocatable(node: RawNode, resource: str) -> int:
+    """The node's allocatable count of an (integer, extended) resource; 0 if absent."""
+    value = (node.get("status", {}).get("allocatable") or {}).get(resource, "0")
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
 
 
 def node_taints(node: RawNode) -> tuple[Taint, ...]:
