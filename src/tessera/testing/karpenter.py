@@ -107,25 +107,19 @@ class Karpenter:
 
     def _install_crds(self) -> None:
         extensions = client.ApiextensionsV1Api(self.api)
+        names: list[str] = []
         for path in sorted((self.binary.parent / "crds").glob("*.yaml")):
             for document in yaml.safe_load_all(path.read_text()):
                 if not document:
                     continue
+                names.append(cast(str, document["metadata"]["name"]))
                 try:
                     extensions.create_custom_resource_definition(document)
                 except ApiException as exc:
                     if exc.status != 409:
                         raise
-        for document in self._crd_names():
-            self._wait_established(extensions, document)
-
-    def _crd_names(self) -> list[str]:
-        names = []
-        for path in sorted((self.binary.parent / "crds").glob("*.yaml")):
-            for document in yaml.safe_load_all(path.read_text()):
-                if document:
-                    names.append(cast(str, document["metadata"]["name"]))
-        return names
+        for name in names:
+            self._wait_established(extensions, name)
 
     @staticmethod
     def _wait_established(extensions: client.ApiextensionsV1Api, name: str) -> None:
