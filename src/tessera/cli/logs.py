@@ -12,7 +12,7 @@ __all__ = ["configure"]
 
 
 class _JsonFormatter(logging.Formatter):
-    converter = time.gmtime  # UTC, as the API server's timestamps
+    converter = staticmethod(time.gmtime)  # UTC, as the API server's timestamps
 
     def format(self, record: logging.LogRecord) -> str:
         # Milliseconds: a plan, its spec write and the releases it leads to are often within
