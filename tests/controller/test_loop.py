@@ -619,3 +619,33 @@ def test_a_released_pod_the_watch_still_shows_gated_is_not_planned_twice() -> No
         controller.tick()
     assert counter.plans == 3
     assert sorted(r[0] for r in recorder.released[2:]) == ["ml/first", "ml/second"]
+
+
+def test_a_node_update_that_changes_nothing_the_loop_reads_is_no_change() -> None:
+    """Heartbeats, conditions, annotations and image lists change a Node far more often than
+    its labels, taints or allocatable: the cache keeps what the loop reads, and an update that
+    leaves it as it was keeps the same object and wakes no tick."""
+    cache = ClusterCache()
+    raw = node("node-a", {"nvidia.com/mig-1g.10gb": "2"})
+    cache.put("node", "ADDED", raw)
+    kept = cache.nodes["node-a"]
+    cache.changed.clear()
+    noisy = {**raw, "metadata": {**raw["metadata"], "annotations": {"kcm/seen": "2"},
+                                 "resourceVersion": "99"},
+             "status": {**raw["status"], "images": [{"names": ["pause"]}],
+                        "conditions": [{"type": "Ready", "status": "True"}]}}
+    cache.put("node", "MODIFIED", noisy)
+    assert cache.nodes["node-a"] is kept
+    assert not cache.changed.is_set()
+    assert "images" not in kept["status"]
+    assert "annotations" not in kept["metadata"]
+    relabelled = {**noisy, "metadata": {**noisy["metadata"],
+                                        "labels": {**raw["metadata"]["labels"], "gpu": "h100"}}}
+    cache.put("node", "MODIFIED", relabelled)
+    assert cache.changed.is_set()
+    assert cache.nodes["node-a"]["metadata"]["labels"]["gpu"] == "h100"
+    cache.changed.clear()
+    cordoned = {**relabelled, "spec": {"unschedulable": True}}
+    cache.put("node", "MODIFIED", cordoned)
+    assert cache.changed.is_set()
+    assert cache.nodes["node-a"]["spec"]["unschedulable"] is True

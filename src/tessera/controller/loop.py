@@ -41,7 +41,12 @@ from tessera.api.v1alpha1 import (
 from tessera.controller import demand, dra, scaleup
 from tessera.controller.decide import decide, plan_id
 from tessera.controller.policies import policy_for, policy_gpu_specs
-from tessera.controller.snapshot import build_snapshot, node_allocatable, node_labels
+from tessera.controller.snapshot import (
+    build_snapshot,
+    node_allocatable,
+    node_labels,
+    node_view,
+)
 from tessera.core import catalogue, planner
 from tessera.core.errors import InvalidInputError
 
@@ -171,7 +176,10 @@ class ClusterCache:
                 if event_type == "DELETED":
                     self.nodes.pop(name, None)
                 else:
-                    self.nodes[name] = raw
+                    view = node_view(raw)
+                    if self.nodes.get(name) == view:
+                        return  # nothing the loop reads changed: no tick for it
+                    self.nodes[name] = view
             elif kind == "nodepartition":
                 if event_type == "DELETED":
                     self.partitions.pop(name, None)
@@ -301,6 +309,9 @@ class _State:
     dra_told: set[str] = field(default_factory=set)
     """Pods told once that no DRA node offers their profile."""
     enforce_inputs: object = None
+    node_policy: dict[str, tuple[RawObject, tuple[PartitionPolicy, ...],
+                                 PartitionPolicy | None]] = field(default_factory=dict)
+    """Per node, the node object and policies its policy was matched from, and the match."""
     """What policy enforcement last looked at (objects by identity, plans in flight)."""
     dra_inputs: object = None
     """What the last curation was computed from (the DRA partitions by identity, exemptions)."""
@@ -676,15 +687,17 @@ class Controller:
         self.state.enforce_inputs = inputs
         matched: dict[str, list[str]] = {p.metadata.name: [] for p in policies}
         problems: dict[str, str] = {}
+        chosen = tuple(policies)
         for name, node in sorted(nodes.items()):
-            policy = policy_for(node_labels(node), policies)
+            policy = self._policy_of(name, node, chosen)
             if policy is None:
                 continue
             matched[policy.metadata.name].append(name)
             partition = partitions.get(name)
             if partition is None or name in inflight:
                 continue
-            if self.state.enforced.get(name) == (policy, partition):
+            enforced = self.state.enforced.get(name)
+            if enforced is not None and enforced[0] is policy and enforced[1] is partition:
                 continue  # the same objects as when it needed nothing: nothing to do again
             try:
                 wanted = policy_gpu_specs(policy, partition)
@@ -715,6 +728,9 @@ class Controller:
             spec = NodePartitionSpec(gpus=gpus)
             spec = spec.model_copy(update={"plan_id": plan_id(name, spec, self.state.counter)})
             self._write(name, spec, partition, f"Policy{policy.spec.mode.capitalize()}", now)
+        if len(self.state.node_policy) > len(nodes):  # nodes went: forget them
+            self.state.node_policy = {k: v for k, v in self.state.node_policy.items()
+                                      if k in nodes}
         _, scale_up_problems = scaleup.targets(policies, self.settings.provisioning_requests)
         reasons = {key: "ScaleUpInvalid" for key in scale_up_problems if key not in problems}
         for key, text in scale_up_problems.items():
@@ -733,6 +749,18 @@ class Controller:
             if comparable(policy.status) != comparable(status):
                 self.writer.policy_status(name, status)
                 self.state.enforce_inputs = None  # look again once the cache shows it
+
+    def _policy_of(self, name: str, node: RawObject, policies: tuple[PartitionPolicy, ...]
+                   ) -> PartitionPolicy | None:
+        """The node's policy, matched again only when the node or the policies changed (the
+        cache replaces an object on every change): most nodes are the same objects tick
+        after tick."""
+        memo = self.state.node_policy.get(name)
+        if memo is not None and memo[0] is node and memo[1] == policies:
+            return memo[2]
+        policy = policy_for(node_labels(node), policies)
+        self.state.node_policy[name] = (node, policies, policy)
+        return policy
 
     def _plan(self, waiting: Mapping[str, RawObject], *, pods: Mapping[str, RawObject],
               bound: Mapping[str, Mapping[str, int]], nodes: Mapping[str, RawObject],
@@ -767,7 +795,7 @@ class Controller:
         state.counter += 1
         requests = {f"{p.namespace}/{p.name}": p.requests for p in pending}
         by_node = {name: found for name, node in nodes.items()
-                   if (found := policy_for(node_labels(node), policies)) is not None}
+                   if (found := self._policy_of(name, node, tuple(policies))) is not None}
         decision = decide(result, partitions, requests, state.counter, by_node)
         for node, spec in decision.specs.items():
             self._write(node, spec, partitions.get(node), "Repartition", now)
