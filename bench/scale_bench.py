@@ -4,8 +4,9 @@ For each size N (default 500, 1000, 2000 nodes of 8 A100-80GB), in a fresh contr
 (etcd, API server, controller manager, scheduler; no kubelets) with the chart installed (its
 admission gate gates every GPU pod):
 
-1. N hollow nodes (``tessera.testing.hollow``, one process: the agent's own status code over
-   simulated cards, allocatable following the slices) register and report;
+1. N hollow nodes (``tessera.testing.hollow``, ``--hollow-processes`` processes each serving
+   a share of the nodes: the agent's own status code over simulated cards, allocatable
+   following the slices) register and report;
 2. the controller starts (a real ``tessera controller`` process, with a standby replica);
 3. **at rest**, over ``--rest-seconds``: API requests per second by verb and resource (the
    API server's ``apiserver_request_total``), agent status writes per node per minute, the
@@ -17,8 +18,9 @@ admission gate gates every GPU pod):
    right after the kill is planned and released).
 
 Run: ``.venv/bin/python bench/scale_bench.py [--sizes 500,1000,2000] [--pods 1000]
-[--baseline-src DIR]`` (needs ``make cluster-bins``). With ``--baseline-src`` (the ``src`` of
-another checkout, e.g. a ``git worktree`` of an older commit) each size runs twice in this one
+[--baseline-src DIR] [--hollow-processes 4]`` (needs ``make cluster-bins``). With
+``--baseline-src`` (the ``src`` of another checkout, e.g. a ``git worktree`` of an older
+commit) each size runs twice in this one
 run, the controller first from there and then from this tree, so the two are compared side by
 side. Prints the results and writes JSON beside this file.
 """
@@ -163,9 +165,9 @@ def _controller(deployment: TesseraDeployment, identity: str, src: str | None) -
 
 
 def _size(sizes_n: int, pods: int, rest_s: float, out: Path,
-          src: str | None = None) -> dict[str, Any]:
+          src: str | None = None, *, processes: int = 4) -> dict[str, Any]:
     result: dict[str, Any] = {"nodes": sizes_n, "gpus": sizes_n * 8, "pods": pods,
-                              "controller": src or "this tree"}
+                              "controller": src or "this tree", "hollow_processes": processes}
     with Cluster() as cluster:
         cluster.start()
         deployment = TesseraDeployment(cluster, "tessera").install()
@@ -174,14 +176,15 @@ def _size(sizes_n: int, pods: int, rest_s: float, out: Path,
             "metadata": {"name": "hollow"},
             "spec": {"mode": "dynamic", "nodeSelector": {"matchLabels": LABELS}}})
         began = time.monotonic()
-        hollow = Process("hollow", [
+        hollows = [Process(f"hollow-{i}", [
             sys.executable, "-m", "tessera.testing.hollow", "--kubeconfig",
             str(cluster.kubeconfig), "--nodes", str(sizes_n), "--label",
-            "tessera.dev/hollow=true", "--resync-seconds", "60"],
-            log_path=cluster.root / "logs" / "hollow.log")
-        _wait_log(hollow, "ready", 60 + sizes_n * 0.5)
+            "tessera.dev/hollow=true", "--resync-seconds", "60", "--shard", f"{i}/{processes}"],
+            log_path=cluster.root / "logs" / f"hollow-{i}.log") for i in range(processes)]
+        for hollow in hollows:
+            _wait_log(hollow, "ready", 60 + sizes_n * 0.5)
         result["hollow_start_s"] = round(time.monotonic() - began, 1)
-        result["hollow_rss_mib"] = round(_rss_mib(hollow.pid), 0)
+        result["hollow_rss_mib"] = round(sum(_rss_mib(h.pid) for h in hollows), 0)
         leader = _controller(deployment, "c1", src)
         _wait_log(leader, "is the leader", 120)
         _wait_log(leader, "cache primed", 120)
@@ -243,8 +246,9 @@ def _size(sizes_n: int, pods: int, rest_s: float, out: Path,
             watcher.released.get("after-failover", float("nan")) - killed, 1)
         result["standby_rss_mib"] = round(_rss_mib(standby.pid), 0)
         watcher.stop.set()
-        hollow.signal(signal.SIGTERM)
-        hollow.stop()
+        for hollow in hollows:
+            hollow.signal(signal.SIGTERM)
+            hollow.stop()
         for process in deployment.controllers:
             process.stop()
     out.write_text(json.dumps(result, indent=2))
@@ -257,6 +261,10 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--rest-seconds", type=float, default=60.0)
     parser.add_argument("--baseline-src", default=None)
+    parser.add_argument("--hollow-processes", type=int, default=4,
+                        help="processes serving the hollow nodes (real agents work in "
+                        "parallel; one process applying every node's plan in turn is a queue "
+                        "the controller does not have)")
     args = parser.parse_args()
     results = []
     here = Path(__file__).parent
@@ -265,7 +273,8 @@ def main() -> None:
         for src in variants:
             tag = "baseline" if src else "tree"
             found = _size(n, args.pods, args.rest_seconds,
-                          here / f"scale_results_{n}_{tag}.json", src)
+                          here / f"scale_results_{n}_{tag}.json", src,
+                          processes=args.hollow_processes)
             results.append(found)
             print(json.dumps(found, indent=2), flush=True)
     (here / "scale_results.json").write_text(json.dumps(results, indent=2))

@@ -15,7 +15,10 @@ own; 2,000 watches from one Python process would measure this process, not the A
 and every node also resyncs every ``resync_s``.
 
 Run it as a process: ``python -m tessera.testing.hollow --kubeconfig K --nodes 500
---prefix hollow- --models A100-80GB x8`` prints ``ready`` once every node has reported.
+--prefix hollow- --models A100-80GB x8`` prints ``ready`` once every node has reported. With
+``--shard I/P`` a process serves every P-th node from the I-th: P processes apply plans to
+different nodes at once, as real agents do (one worker applying every node's plan in turn
+measured this process, not the controller: a 1,000-pod burst's last 6 s were its queue).
 """
 
 from __future__ import annotations
@@ -228,10 +231,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the GPUs of every node (repeat a model for several)")
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--resync-seconds", type=float, default=60.0)
+    parser.add_argument("--shard", default="0/1", metavar="I/P",
+                        help="serve nodes I, I+P, I+2P, ... of --nodes (P processes in all)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     labels = dict(item.split("=", 1) for item in args.label)
-    names = [f"{args.prefix}{i:05d}" for i in range(args.nodes)]
+    index, _, count = args.shard.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        parser.error(f"--shard {args.shard!r}: give I/P with 0 <= I < P, e.g. 0/4")
+    names = [f"{args.prefix}{i:05d}" for i in range(args.nodes)][int(index)::int(count)]
     nodes = HollowNodes(api_client(args.kubeconfig), names, args.models, labels=labels,
                         resync_s=args.resync_seconds)
     signal.signal(signal.SIGTERM, lambda *_: nodes.stopped.set())
