@@ -41,6 +41,16 @@ def test_at_most_per_shape_pods_of_a_shape_and_the_plan_is_told_to_come_back() -
     assert batch.cut_short, "18 more could fit: plan again after these are counted"
 
 
+def test_a_cluster_with_more_gpus_free_than_per_shape_takes_one_pod_per_such_gpu() -> None:
+    """A plan's cost is of the order of the cluster's: a burst the cluster has room for goes
+    in plans of one pod per GPU with room, not of ``per_shape``."""
+    gpus = tuple(Gpu(index=i, model="A100-80GB") for i in range(30))  # 210 free slices
+    batch = bounded_batch(_cluster(*gpus), _pods(MIG_1G, 100), per_shape=10)
+    assert len(batch.pods) == 30
+    assert batch.cut_short
+    assert "at most 30 of a kind" in batch.later[0].reason
+
+
 def test_a_shape_no_gpu_can_host_now_sends_only_the_pods_that_may_reserve() -> None:
     half = Gpu(index=0, model="A100-80GB", slices=(GpuSlice("3g.40gb", 4, in_use=True),))
     batch = bounded_batch(_cluster(half, FULL), [*_pods(MIG_7G, 5, start=0.0),
