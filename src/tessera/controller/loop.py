@@ -42,6 +42,7 @@ from tessera.controller import demand, dra, scaleup
 from tessera.controller.decide import decide, plan_id
 from tessera.controller.policies import policy_for, policy_gpu_specs
 from tessera.controller.snapshot import (
+    SnapshotMemo,
     build_snapshot,
     node_allocatable,
     node_labels,
@@ -309,6 +310,8 @@ class _State:
     dra_told: set[str] = field(default_factory=set)
     """Pods told once that no DRA node offers their profile."""
     enforce_inputs: object = None
+    views: SnapshotMemo = field(default_factory=SnapshotMemo)
+    """Each node's planner view between plans (rebuilt only where its inputs changed)."""
     node_policy: dict[str, tuple[RawObject, tuple[PartitionPolicy, ...],
                                  PartitionPolicy | None]] = field(default_factory=dict)
     """Per node, the node object and policies its policy was matched from, and the match."""
@@ -863,7 +866,7 @@ class Controller:
         return build_snapshot(nodes.values(), partitions, policies,
                               self._claimed(pods, bound, placed=True), frozen=inflight,
                               last_change=self.state.last_change, now=self._wall(),
-                              specs=self.state.specs)
+                              specs=self.state.specs, memo=self.state.views)
 
     def _tell(self, pod: str, reason: str, message: str, warning: bool) -> None:
         if self.state.told.get(pod) == f"{reason}:{message}":

@@ -24,7 +24,8 @@ from tessera.core import catalogue
 from tessera.core.planner import Gpu, GpuSlice, Node, Policy, Snapshot, Taint
 from tessera.core.planner.model import Sharing
 
-__all__ = ["build_snapshot", "node_allocatable", "node_labels", "node_taints", "node_view"]
+__all__ = ["SnapshotMemo", "build_snapshot", "node_allocatable", "node_labels", "node_taints",
+           "node_view"]
 
 RawNode = Mapping[str, Any]
 
@@ -160,6 +161,35 @@ def _share_settings(policy: PartitionPolicy) -> tuple[Sharing | None, int]:
     return None, 0
 
 
+class SnapshotMemo:
+    """Each node's planner view with what it was built from, kept between snapshots: the
+    cache replaces an object on every change, so a node whose Node, NodePartition, policies,
+    plan in flight, claims and change times are the same objects and values as last time has
+    the same view, and a plan over 2,000 nodes rebuilds only the few that changed."""
+
+    def __init__(self) -> None:
+        self._views: dict[str, tuple[tuple[object, ...], tuple[object, ...], Node | None]] = {}
+
+    def get(self, name: str, same: tuple[object, ...], equal: tuple[object, ...]
+            ) -> tuple[bool, Node | None]:
+        """(found, view): ``same`` compared by identity, ``equal`` by value."""
+        found = self._views.get(name)
+        if (found is None or len(found[0]) != len(same)
+                or any(a is not b for a, b in zip(found[0], same, strict=True))
+                or found[1] != equal):
+            return False, None
+        return True, found[2]
+
+    def put(self, name: str, same: tuple[object, ...], equal: tuple[object, ...],
+            view: Node | None) -> None:
+        self._views[name] = (same, equal, view)
+
+    def keep(self, names: set[str]) -> None:
+        """Forget nodes not in ``names`` (gone from the cluster)."""
+        if len(self._views) > len(names):
+            self._views = {k: v for k, v in self._views.items() if k in names}
+
+
 def build_snapshot(
     nodes: Iterable[RawNode],
     partitions: Mapping[str, NodePartition],
@@ -170,6 +200,7 @@ def build_snapshot(
     last_change: Mapping[tuple[str, int], float] | None = None,
     now: float | None = None,
     specs: Mapping[str, NodePartitionSpec] | None = None,
+    memo: SnapshotMemo | None = None,
 ) -> Snapshot:
     """``claimed[node][resource]``: units held by pods bound or pinned to the node.
 
@@ -185,41 +216,70 @@ def build_snapshot(
     specs = specs or {}
     last_change = last_change or {}
     planned: list[Node] = []
+    chosen = tuple(policies)
+    names: set[str] = set()
     for raw in sorted(nodes, key=lambda n: n.get("metadata", {}).get("name", "")):
         name = raw.get("metadata", {}).get("name", "")
+        names.add(name)
         partition = partitions.get(name)
-        labels = node_labels(raw)
-        policy = policy_for(labels, policies)
-        if policy is None or partition is None or partition.status is None:
-            continue
         in_flight = name in skip
-        # Bound pods whose slice the agent already reports allocated hold nothing more; only the
-        # rest (allocated by the kubelet a moment ago, or about to be) take a free slice. Count
-        # the reported ones over the whole node first: a pod's slice may be on any of its GPUs.
-        reserve: Counter[str] = Counter(claimed.get(name, {}))
-        for observed in partition.status.gpus:
-            for item in observed.slices:
-                if item.allocated and item.mps is None:
-                    reserve[catalogue.mig_resource_name(item.profile)] -= 1
-        shown = [_planned(o, specs.get(name) or partition.spec) if in_flight else o
-                 for o in partition.status.gpus if o.healthy]
-        gpus = [g for g in (_gpu(o, reserve, last_change.get((name, o.index)))
-                            for o in shown) if g is not None]
-        allowed = frozenset(policy.spec.allowed_profiles) or None
-        share, share_count = _share_settings(policy)
-        planned.append(Node(
-            name=name,
-            labels=tuple(sorted(labels.items())),
-            taints=node_taints(raw),
-            gpus=tuple(gpus),
-            policy=Policy(
-                name=policy.metadata.name,
-                mode="dynamic" if policy.spec.mode == "dynamic" and not in_flight else "static",
-                allowed_profiles=allowed,
-                min_repartition_interval_s=float(policy.spec.min_repartition_interval_seconds),
-                share=share,
-                share_count=share_count,
-                share_sizes_gib=tuple(policy.spec.share_sizes_gib) if share == "mps" else (),
-            ),
-        ))
+        spec = (specs.get(name) or (partition.spec if partition else None)) if in_flight else None
+        same = (raw, partition, spec, *chosen)
+        equal = (in_flight, tuple(sorted(claimed.get(name, {}).items())),
+                 tuple(last_change.get((name, o.index)) for o in
+                       (partition.status.gpus if partition and partition.status else ())))
+        if memo is not None:
+            found, view = memo.get(name, same, equal)
+            if not found:
+                view = _view(raw, partition, chosen, claimed, in_flight=in_flight, spec=spec,
+                             last_change=last_change)
+                memo.put(name, same, equal, view)
+        else:
+            view = _view(raw, partition, chosen, claimed, in_flight=in_flight, spec=spec,
+                         last_change=last_change)
+        if view is not None:
+            planned.append(view)
+    if memo is not None:
+        memo.keep(names)
     return Snapshot(nodes=tuple(planned), now=now)
+
+
+def _view(raw: RawNode, partition: NodePartition | None, policies: Sequence[PartitionPolicy],
+          claimed: Mapping[str, Mapping[str, int]], *, in_flight: bool,
+          spec: NodePartitionSpec | None,
+          last_change: Mapping[tuple[str, int], float]) -> Node | None:
+    """One node as the planner sees it; None for a node no policy covers or not reported."""
+    name = raw.get("metadata", {}).get("name", "")
+    labels = node_labels(raw)
+    policy = policy_for(labels, policies)
+    if policy is None or partition is None or partition.status is None:
+        return None
+    # Bound pods whose slice the agent already reports allocated hold nothing more; only the
+    # rest (allocated by the kubelet a moment ago, or about to be) take a free slice. Count
+    # the reported ones over the whole node first: a pod's slice may be on any of its GPUs.
+    reserve: Counter[str] = Counter(claimed.get(name, {}))
+    for observed in partition.status.gpus:
+        for item in observed.slices:
+            if item.allocated and item.mps is None:
+                reserve[catalogue.mig_resource_name(item.profile)] -= 1
+    shown = [_planned(o, spec) if in_flight and spec is not None else o
+             for o in partition.status.gpus if o.healthy]
+    gpus = [g for g in (_gpu(o, reserve, last_change.get((name, o.index)))
+                        for o in shown) if g is not None]
+    allowed = frozenset(policy.spec.allowed_profiles) or None
+    share, share_count = _share_settings(policy)
+    return Node(
+        name=name,
+        labels=tuple(sorted(labels.items())),
+        taints=node_taints(raw),
+        gpus=tuple(gpus),
+        policy=Policy(
+            name=policy.metadata.name,
+            mode="dynamic" if policy.spec.mode == "dynamic" and not in_flight else "static",
+            allowed_profiles=allowed,
+            min_repartition_interval_s=float(policy.spec.min_repartition_interval_seconds),
+            share=share,
+            share_count=share_count,
+            share_sizes_gib=tuple(policy.spec.share_sizes_gib) if share == "mps" else (),
+        ),
+    )
