@@ -649,3 +649,28 @@ def test_a_node_update_that_changes_nothing_the_loop_reads_is_no_change() -> Non
     cache.put("node", "MODIFIED", cordoned)
     assert cache.changed.is_set()
     assert cache.nodes["node-a"]["spec"]["unschedulable"] is True
+
+
+def test_on_a_large_cluster_a_pod_the_chosen_nodes_cannot_take_is_planned_over_every_node(
+        ) -> None:
+    """A plan on a large cluster looks at the best-fitting nodes first (planner.narrow); a pod
+    that only a node outside them can take is planned again over every node, in the same
+    plan."""
+    cache, recorder, controller, clock = setup()
+    for i in range(70):
+        name = f"node-{i:02d}"
+        raw = node(name)
+        raw["metadata"]["labels"]["zone"] = "far" if i == 69 else "near"
+        cache.put("node", "ADDED", raw)
+        cache.put("nodepartition", "ADDED", partition(name, []))
+    far = pod("far")
+    far["spec"]["nodeSelector"] = {"zone": "far"}
+    cache.put("pod", "ADDED", far)
+    cache.put("pod", "ADDED", pod("near"))
+    controller.tick()
+    clock.now += 0.5
+    controller.tick()
+    placed = {e[0]: e[2] for e in recorder.pod_events if e[1] == "Placed"}
+    assert set(placed) == {"ml/far", "ml/near"}
+    assert "node-69" in placed["ml/far"], placed["ml/far"]
+    assert "node-69" in {n for n, _ in recorder.specs}

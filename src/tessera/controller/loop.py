@@ -854,9 +854,17 @@ class Controller:
         settings = self.settings
         batch = planner.bounded_batch(snapshot, waiting, per_shape=settings.per_shape,
                                       reservations=settings.reservations)
+        demand_mix = _demand_mix(waiting)
+        # On a large cluster, the best-fitting nodes first; every node when that leaves a pod
+        # out (planner.narrow).
+        narrowed = planner.narrow(snapshot, batch.pods, batch.room)
+        if narrowed is not None:
+            result = planner.plan(narrowed, list(batch.pods), solver=settings.solver,
+                                  reservations=settings.reservations, recent_demand=demand_mix)
+            if not result.unplaced:
+                return batch, result
         result = planner.plan(snapshot, list(batch.pods), solver=settings.solver,
-                              reservations=settings.reservations,
-                              recent_demand=_demand_mix(waiting))
+                              reservations=settings.reservations, recent_demand=demand_mix)
         return batch, result
 
     def _snapshot(self, pods: Mapping[str, RawObject], bound: Mapping[str, Mapping[str, int]],

@@ -31,6 +31,7 @@ from typing import Literal
 
 from tessera.core.errors import InvalidInputError
 from tessera.core.planner.batch import DEFAULT_PER_SHAPE, Batch, bounded_batch
+from tessera.core.planner.candidates import narrow
 from tessera.core.planner.exact import DEFAULT_MAX_GPUS, solve_exact
 from tessera.core.planner.fast import solve_fast
 from tessera.core.planner.model import (
@@ -83,6 +84,7 @@ __all__ = [
     "Toleration",
     "Unplaced",
     "bounded_batch",
+    "narrow",
     "parse_cluster",
     "parse_pending",
     "plan",

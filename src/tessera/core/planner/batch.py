@@ -20,8 +20,8 @@ most ``per_shape`` pods. "Oldest" is the planner's own order: priority first, th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 
 from tessera.core import catalogue
@@ -48,6 +48,9 @@ class Batch:
     after this plan's placements are counted."""
     later: tuple[Unplaced, ...] = ()
     """The pods left for a later plan, each with why (what the pod is told)."""
+    room: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """Per node with MIG GPUs: (free compute slices, compute slices in use), counted on the
+    way (:func:`~tessera.core.planner.candidates.narrow` ranks nodes by them)."""
 
 
 @cache
@@ -59,7 +62,7 @@ def _profile(resource: str) -> str | None:
         name = catalogue.profile_name_from_resource(resource)
     except InvalidInputError:
         return None
-    return name if _compute(name) else None
+    return name if compute_of(name) else None
 
 
 def _held(gpu: Gpu, geometry: Geometry) -> int:
@@ -76,7 +79,9 @@ def bounded_batch(snapshot: Snapshot, pods: Sequence[PendingPod], *,
                   reservations: int = DEFAULT_RESERVATIONS) -> Batch:
     """The pods one plan considers, from ``pods`` waiting (see the module docstring)."""
     mig: list[tuple[str, int, int]] = []  # (model, held mask, free compute)
+    room: dict[str, tuple[int, int]] = {}
     for node in snapshot.nodes:
+        node_free = node_used = 0
         for gpu in node.gpus:
             if gpu.mode != "mig":
                 continue
@@ -85,9 +90,13 @@ def bounded_batch(snapshot: Snapshot, pods: Sequence[PendingPod], *,
             except InvalidInputError:
                 continue
             held = _held(gpu, geometry)
-            free = geometry.model.compute_slices - geometry.aggregate(held).compute
+            used = geometry.aggregate(held).compute
+            free = geometry.model.compute_slices - used
+            node_free += free
+            node_used += used
             if free > 0:
                 mig.append((gpu.model, held, free))
+        room[node.name] = (node_free, node_used)
     free_compute = sum(free for _, _, free in mig)
     shapes: dict[tuple[tuple[str, int], ...], list[PendingPod]] = {}
     for pod in sorted(pods, key=_order):
@@ -112,8 +121,8 @@ def bounded_batch(snapshot: Snapshot, pods: Sequence[PendingPod], *,
             take(queue, per_shape, behind(per_shape))
             continue
         named = [(p, n) for p, n in profiles if p is not None]
-        compute = max(1, sum(_compute(p) * n for p, n in named))
-        largest = max((p for p, _ in named), key=_compute)
+        compute = max(1, sum(compute_of(p) * n for p, n in named))
+        largest = max((p for p, _ in named), key=compute_of)
         if not any(hostable(model, held, largest) for model, held, _ in mig):
             # The oldest may reserve GPUs that drain for them; the rest wait behind it.
             take(queue, reservations, f"no GPU can host {largest} now; older pods asking "
@@ -127,11 +136,22 @@ def bounded_batch(snapshot: Snapshot, pods: Sequence[PendingPod], *,
                  f"{free_compute} are free; it is planned when enough free up")
         else:
             take(queue, bound, behind(most))
-    return Batch(tuple(sorted(chosen, key=_order)), cut_short, tuple(later))
+    return Batch(tuple(sorted(chosen, key=_order)), cut_short, tuple(later), room)
+
+
+def mig_compute(requests: Sequence[tuple[str, int]]) -> int | None:
+    """Compute slices a pod's requests take, or None when one is not a MIG profile."""
+    total = 0
+    for resource, count in requests:
+        profile = _profile(resource)
+        if profile is None:
+            return None
+        total += compute_of(profile) * count
+    return total
 
 
 @cache
-def _compute(profile: str) -> int:
+def compute_of(profile: str) -> int:
     """A profile's compute slices (the same on every card that names it that way); 0 for a
     name no card has."""
     for model in catalogue.models():
