@@ -26,9 +26,8 @@ from functools import cache
 
 from tessera.core import catalogue
 from tessera.core.errors import InvalidInputError
-from tessera.core.layout import Slice
-from tessera.core.planner.geometry import Geometry, geometry_of, hostable
-from tessera.core.planner.model import Gpu, PendingPod, Snapshot, Unplaced
+from tessera.core.planner.geometry import hostable
+from tessera.core.planner.model import PendingPod, Snapshot, Unplaced
 from tessera.core.planner.reserve import DEFAULT_RESERVATIONS
 
 __all__ = ["DEFAULT_PER_SHAPE", "Batch", "bounded_batch"]
@@ -65,11 +64,6 @@ def _profile(resource: str) -> str | None:
     return name if compute_of(name) else None
 
 
-def _held(gpu: Gpu, geometry: Geometry) -> int:
-    return sum(1 << geometry.index[Slice(s.profile, s.start)] for s in gpu.slices
-               if s.in_use and Slice(s.profile, s.start) in geometry.index)
-
-
 def _order(pod: PendingPod) -> tuple[int, float, str]:
     return (-pod.priority, pod.creation_time, pod.key)
 
@@ -83,15 +77,10 @@ def bounded_batch(snapshot: Snapshot, pods: Sequence[PendingPod], *,
     for node in snapshot.nodes:
         node_free = node_used = 0
         for gpu in node.gpus:
-            if gpu.mode != "mig":
+            found = gpu.mig_room
+            if found is None:
                 continue
-            try:
-                geometry = geometry_of(gpu.model)
-            except InvalidInputError:
-                continue
-            held = _held(gpu, geometry)
-            used = geometry.aggregate(held).compute
-            free = geometry.model.compute_slices - used
+            held, used, free = found
             node_free += free
             node_used += used
             if free > 0:

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from tessera.core.catalogue import MPS_SHARED_RESOURCE, WHOLE_GPU_RESOURCE
+from tessera.core.errors import InvalidInputError
 from tessera.core.layout import Slice
+from tessera.core.planner.geometry import geometry_of
 
 __all__ = [
     "MPS_SHARE_RESOURCE",
@@ -92,6 +95,24 @@ class Gpu:
     ``nvidia.com/gpu.shared-<N>gb``."""
     last_change: float | None = None
     """When its layout last changed (seconds, same clock as :attr:`Snapshot.now`)."""
+
+    @cached_property
+    def mig_room(self) -> tuple[int, int, int] | None:
+        """(mask of its slices in use, compute slices in use, compute slices free) of a MIG
+        GPU, as its model's geometry counts them; None for another GPU or a model without
+        one. Worked out once per object: the controller hands the planner the same objects
+        for GPUs that did not change (``controller.snapshot.SnapshotMemo``), and every plan
+        looks at every GPU's room (:func:`~tessera.core.planner.batch.bounded_batch`)."""
+        if self.mode != "mig":
+            return None
+        try:
+            geometry = geometry_of(self.model)
+        except InvalidInputError:
+            return None
+        held = sum(1 << geometry.index[s.slice] for s in self.slices
+                   if s.in_use and s.slice in geometry.index)
+        used = geometry.aggregate(held).compute
+        return held, used, geometry.model.compute_slices - used
 
 
 @dataclass(frozen=True)
