@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import urllib3
 import yaml
 from kubernetes import client, watch
 
@@ -139,14 +140,20 @@ class ReleaseWatch:
     def _run(self) -> None:
         while not self.stop.is_set():
             stream = watch.Watch()
-            for event in stream.stream(self.core.list_namespaced_pod, "default",
-                                       label_selector="bench=scale", timeout_seconds=30):
-                pod = event["object"]
-                gates = [g.name for g in pod.spec.scheduling_gates or []]
-                if GATE not in gates and pod.metadata.name not in self.released:
-                    self.released[pod.metadata.name] = time.monotonic()
-                if self.stop.is_set():
-                    break
+            try:
+                for event in stream.stream(self.core.list_namespaced_pod, "default",
+                                           label_selector="bench=scale", timeout_seconds=30):
+                    pod = event["object"]
+                    gates = [g.name for g in pod.spec.scheduling_gates or []]
+                    if GATE not in gates and pod.metadata.name not in self.released:
+                        self.released[pod.metadata.name] = time.monotonic()
+                    if self.stop.is_set():
+                        break
+            except (urllib3.exceptions.HTTPError, client.ApiException, OSError):
+                # The API server cut the stream (it is stopped at the end of a size, or was
+                # too busy): watch again; the new watch lists every pod first, so a release
+                # made meanwhile is still seen (its time then a little late, never lost).
+                time.sleep(0.2)
 
 
 def _controller(deployment: TesseraDeployment, identity: str, src: str | None) -> Process:

@@ -37,7 +37,8 @@ class Recorder:
         self.cache.put("nodepartition", "MODIFIED", raw)
         return True
 
-    def release_pod(self, pod: str, node: str, hostname: str, gated: bool) -> None:
+    def release_pod(self, pod: str, node: str, hostname: str, gated: bool,
+                    seen: Mapping[str, Any] | None = None) -> None:
         self.released.append((pod, node, hostname, gated))
 
     def release_to_dra(self, pod: str, selector: Mapping[str, str]) -> bool:

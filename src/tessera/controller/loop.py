@@ -64,7 +64,11 @@ class Writer(Protocol):
         """False when the write lost a race (someone changed it first): plan again."""
         ...
 
-    def release_pod(self, pod: str, node: str, hostname: str, gated: bool) -> None: ...
+    def release_pod(self, pod: str, node: str, hostname: str, gated: bool,
+                    seen: RawObject | None = None) -> None:
+        """Pin ``pod`` to ``hostname`` and ungate it if ``gated``; ``seen``: the pod as the
+        cache shows it (a writer may build its patch from it, guarded by its version)."""
+        ...
 
     def release_to_dra(self, pod: str, selector: Mapping[str, str]) -> bool:
         """Ungate a pod for DRA nodes, adding ``selector`` to its node selector; False if it
@@ -944,7 +948,8 @@ class Controller:
                     del state.waiting[key]
                 continue
             hostname = node_labels(node).get("kubernetes.io/hostname", waiting.node)
-            self.writer.release_pod(key, waiting.node, hostname, demand.is_gated(pod))
+            self.writer.release_pod(key, waiting.node, hostname, demand.is_gated(pod),
+                                    seen=pod)
             created = self.cache.facts(key, pod).created
             self.metrics.record_release(
                 None if created is None else max(0.0, self._wall() - created))

@@ -148,18 +148,22 @@ class ApiWriter:
             raise
         return True
 
-    def release_pod(self, pod: str, node: str, hostname: str, gated: bool) -> None:
-        """Pinned and ungated from a pool of its own: each release is two round trips, and
-        a burst of a thousand released one by one took minutes (bench/scale_bench.py). The
+    def release_pod(self, pod: str, node: str, hostname: str, gated: bool,
+                    seen: Mapping[str, Any] | None = None) -> None:
+        """Pinned and ungated from a pool of its own: each release is a round trip (two when
+        the pod changed since the cache saw it), and a burst of a thousand released one by
+        one took minutes (bench/scale_bench.py). The
         loop's bookkeeping does not wait: a release the API server refuses (the pod went,
         or changed) leaves the pod gated, and it is planned again."""
-        self._releases.submit(self._release, pod, node, hostname, gated)
+        self._releases.submit(self._release, pod, node, hostname, gated, seen)
 
-    def _release(self, pod: str, node: str, hostname: str, gated: bool) -> None:
+    def _release(self, pod: str, node: str, hostname: str, gated: bool,
+                 seen: Mapping[str, Any] | None) -> None:
         namespace, name = pod.split("/", 1)
         try:
             released = self._pods.release(namespace, name, GATE,
-                                          {"kubernetes.io/hostname": hostname}, gated)
+                                          {"kubernetes.io/hostname": hostname}, gated,
+                                          seen=seen)
         except Exception:
             log.exception("releasing %s onto %s failed", pod, node)
             return

@@ -205,7 +205,8 @@ class DynamicPolicy(_MigPolicy):
         self._put_node(n)
         return True
 
-    def release_pod(self, pod: str, node: str, hostname: str, gated: bool) -> None:
+    def release_pod(self, pod: str, node: str, hostname: str, gated: bool,
+                    seen: Mapping[str, Any] | None = None) -> None:
         """The scheduler binds the pod to its pinned node; the kubelet gives it free slices
         it advertises, of each profile it asks."""
         job = self._jobs[pod]
