@@ -801,8 +801,11 @@ class Controller:
             state.last_inputs = None
         state.counter += 1
         requests = {f"{p.namespace}/{p.name}": p.requests for p in pending}
-        by_node = {name: found for name, node in nodes.items()
-                   if (found := self._policy_of(name, node, tuple(policies))) is not None}
+        # The policies of the nodes the plan changes (their sharing settings): not all nodes.
+        chosen = tuple(policies)
+        by_node = {name: found for name in {t.node for t in result.gpus}
+                   if (raw_node := nodes.get(name)) is not None
+                   and (found := self._policy_of(name, raw_node, chosen)) is not None}
         decision = decide(result, partitions, requests, state.counter, by_node)
         for node, spec in decision.specs.items():
             self._write(node, spec, partitions.get(node), "Repartition", now)

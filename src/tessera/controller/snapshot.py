@@ -218,6 +218,11 @@ def build_snapshot(
     planned: list[Node] = []
     chosen = tuple(policies)
     names: set[str] = set()
+    # Change times by node, gathered once: only GPUs that changed have one, while looking
+    # each node's GPUs up was eight lookups per node per plan.
+    changed: dict[str, list[tuple[int, float]]] = {}
+    for (node_name, index), at in last_change.items():
+        changed.setdefault(node_name, []).append((index, at))
     for raw in sorted(nodes, key=lambda n: n.get("metadata", {}).get("name", "")):
         name = raw.get("metadata", {}).get("name", "")
         names.add(name)
@@ -225,9 +230,9 @@ def build_snapshot(
         in_flight = name in skip
         spec = (specs.get(name) or (partition.spec if partition else None)) if in_flight else None
         same = (raw, partition, spec, *chosen)
-        equal = (in_flight, tuple(sorted(claimed.get(name, {}).items())),
-                 tuple(last_change.get((name, o.index)) for o in
-                       (partition.status.gpus if partition and partition.status else ())))
+        times = changed.get(name)
+        equal = (in_flight, tuple(sorted(claimed[name].items())) if name in claimed else (),
+                 tuple(sorted(times)) if times else ())
         if memo is not None:
             found, view = memo.get(name, same, equal)
             if not found:

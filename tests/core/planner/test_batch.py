@@ -91,3 +91,17 @@ def test_every_pod_left_out_is_told_why() -> None:
     ones = [k for k in reasons if "1g" in k]
     assert len(ones) == 4
     assert all("at most 2 of a kind" in reasons[k] for k in ones)
+
+
+def test_the_room_per_node_counts_its_mig_gpus_free_and_used_compute() -> None:
+    half = Gpu(index=2, model="A100-80GB", slices=(GpuSlice("3g.40gb", 4, in_use=True),
+                                                   GpuSlice("3g.40gb", 0)))
+    whole = Gpu(index=3, model="A100-80GB", mode="none")
+    node = Node("node-a", gpus=(EMPTY, FULL, half, whole))
+    free, used, open_gpus = node.mig_room
+    assert (free, used) == (7 + 0 + 4, 0 + 7 + 3), "a free slice can be reshaped: only held count"
+    assert [(model, spare) for model, _, spare in open_gpus] == [("A100-80GB", 7),
+                                                                ("A100-80GB", 4)]
+    assert node.mig_room is node.mig_room, "worked out once per node object"
+    batch = bounded_batch(Snapshot((node,)), _pods(MIG_1G, 3))
+    assert batch.room == {"node-a": (11, 10)}

@@ -74,19 +74,12 @@ def bounded_batch(snapshot: Snapshot, pods: Sequence[PendingPod], *,
     """The pods one plan considers, from ``pods`` waiting (see the module docstring)."""
     mig: list[tuple[str, int, int]] = []  # (model, held mask, free compute)
     room: dict[str, tuple[int, int]] = {}
+    free_compute = 0
     for node in snapshot.nodes:
-        node_free = node_used = 0
-        for gpu in node.gpus:
-            found = gpu.mig_room
-            if found is None:
-                continue
-            held, used, free = found
-            node_free += free
-            node_used += used
-            if free > 0:
-                mig.append((gpu.model, held, free))
+        node_free, node_used, open_gpus = node.mig_room
+        mig.extend(open_gpus)
+        free_compute += node_free
         room[node.name] = (node_free, node_used)
-    free_compute = sum(free for _, _, free in mig)
     shapes: dict[tuple[tuple[str, int], ...], list[PendingPod]] = {}
     for pod in sorted(pods, key=_order):
         shapes.setdefault(pod.requests, []).append(pod)

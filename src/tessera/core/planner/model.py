@@ -162,6 +162,25 @@ class Node:
     def label_map(self) -> Mapping[str, str]:
         return dict(self.labels)
 
+    @cached_property
+    def mig_room(self) -> tuple[int, int, tuple[tuple[str, int, int], ...]]:
+        """(compute slices free, compute slices in use, (model, mask in use, free) of each
+        MIG GPU with room) over its MIG GPUs (:attr:`Gpu.mig_room`). Worked out once per
+        object, as the GPUs': an unchanged node is the same object plan after plan, and every
+        plan counts every node's room (:func:`~tessera.core.planner.batch.bounded_batch`)."""
+        free = used = 0
+        open_gpus: list[tuple[str, int, int]] = []
+        for gpu in self.gpus:
+            found = gpu.mig_room
+            if found is None:
+                continue
+            held, in_use, spare = found
+            free += spare
+            used += in_use
+            if spare > 0:
+                open_gpus.append((gpu.model, held, spare))
+        return free, used, tuple(open_gpus)
+
 
 @dataclass(frozen=True)
 class Snapshot:
