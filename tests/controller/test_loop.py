@@ -269,6 +269,41 @@ def test_nodes_with_a_plan_in_flight_are_not_planned_over() -> None:
     assert recorder.node_events[-1][1] == "PlanTimedOut"
 
 
+def test_a_settled_node_is_in_flight_again_once_a_new_plan_is_written_there() -> None:
+    """A node whose plan is applied is remembered as settled (not looked at again while its
+    NodePartition is the same object); a new plan, the controller's or anyone's, ends that."""
+    cache, _, controller, clock = setup()
+    cache.put("node", "ADDED", node("node-a"))
+    cache.put("nodepartition", "ADDED", partition("node-a", [], plan="x-1", applied="x-1"))
+    partitions = cache.view()[2]
+    assert controller._inflight(partitions, clock.now) == set()
+    assert controller._inflight(partitions, clock.now) == set(), "settled, same object"
+    controller.state.written["node-a"] = ("x-2", clock.now)  # our write, not yet in the cache
+    assert controller._inflight(partitions, clock.now) == {"node-a"}
+    cache.put("nodepartition", "MODIFIED", partition("node-a", [], plan="x-2", applied="x-1"))
+    assert controller._inflight(cache.view()[2], clock.now) == {"node-a"}
+    cache.put("nodepartition", "MODIFIED", partition("node-a", [], plan="x-2", applied="x-2"))
+    assert controller._inflight(cache.view()[2], clock.now) == set()
+    cache.put("nodepartition", "MODIFIED", partition("node-a", [], plan="x-3", applied="x-2"))
+    assert controller._inflight(cache.view()[2], clock.now) == {"node-a"}, "someone else's plan"
+
+
+def test_the_cache_keeps_which_nodes_serve_dra_as_their_reports_come() -> None:
+    cache = ClusterCache()
+    raw = partition("node-a", [])
+    cache.put("nodepartition", "ADDED", raw)
+    assert cache.loop_view()[4] == {}
+    cache.put("nodepartition", "MODIFIED", {**raw, "status": {**raw["status"], "api": "dra"}})
+    (name,) = cache.loop_view()[4]
+    assert name == "node-a"
+    assert cache.loop_view()[4][name] is cache.partitions["node-a"]
+    cache.put("nodepartition", "MODIFIED", raw)
+    assert cache.loop_view()[4] == {}, "back on the device plugin"
+    cache.put("nodepartition", "MODIFIED", {**raw, "status": {**raw["status"], "api": "dra"}})
+    cache.put("nodepartition", "DELETED", raw)
+    assert cache.loop_view()[4] == {}
+
+
 def test_a_static_policy_is_written_and_restored_after_an_edit() -> None:
     cache, recorder, controller, _ = setup({
         "metadata": {"name": "all-1g", "generation": 3},
