@@ -336,6 +336,18 @@ class _State:
     dra_told: set[str] = field(default_factory=set)
     """Pods told once that no DRA node offers their profile."""
     enforce_inputs: object = None
+    enforce_seen: dict[str, tuple[RawObject, NodePartition | None, bool]] = field(
+        default_factory=dict)
+    """Per node, the Node and NodePartition objects and in-flight flag enforcement last found
+    it needing nothing with: the same again needs no second look (with the policies the
+    same, :attr:`enforce_chosen`). A node written to or with a problem is not kept here, so
+    it is looked at again every time."""
+    enforce_chosen: tuple[PartitionPolicy, ...] = ()
+    node_match: dict[str, str | None] = field(default_factory=dict)
+    """Per node, the name of the policy that selects it (None: none)."""
+    matched: dict[str, list[str]] | None = None
+    """Per policy, the nodes it selects, sorted: built again only when :attr:`node_match`
+    changed."""
     views: SnapshotMemo = field(default_factory=SnapshotMemo)
     """Each node's planner view between plans (rebuilt only where its inputs changed)."""
     node_policy: dict[str, tuple[RawObject, tuple[PartitionPolicy, ...],
@@ -719,20 +731,42 @@ class Controller:
         if inputs == self.state.enforce_inputs:
             return
         self.state.enforce_inputs = inputs
-        matched: dict[str, list[str]] = {p.metadata.name: [] for p in policies}
+        state = self.state
         problems: dict[str, str] = {}
         chosen = tuple(policies)
-        for name, node in sorted(nodes.items()):
-            policy = self._policy_of(name, node, chosen)
-            if policy is None:
-                continue
-            matched[policy.metadata.name].append(name)
+        if len(chosen) != len(state.enforce_chosen) or any(
+                a is not b for a, b in zip(chosen, state.enforce_chosen, strict=True)):
+            state.enforce_chosen = chosen
+            state.enforce_seen = {}
+            state.matched = None
+        if len(state.node_match) > len(nodes):  # nodes went: forget them
+            state.node_match = {k: v for k, v in state.node_match.items() if k in nodes}
+            state.enforce_seen = {k: v for k, v in state.enforce_seen.items() if k in nodes}
+            state.matched = None
+        seen_before = state.enforce_seen
+        todo: list[tuple[str, RawObject, NodePartition | None, bool]] = []
+        for name, node in nodes.items():
             partition = partitions.get(name)
-            if partition is None or name in inflight:
+            flight = name in inflight
+            last = seen_before.get(name)
+            if (last is not None and last[0] is node and last[1] is partition
+                    and last[2] == flight):
+                continue  # the same objects as when it needed nothing: nothing to do again
+            todo.append((name, node, partition, flight))
+        for name, node, partition, flight in sorted(todo, key=lambda item: item[0]):
+            seen_before.pop(name, None)
+            policy = self._policy_of(name, node, chosen)
+            policy_name = policy.metadata.name if policy is not None else None
+            if name not in state.node_match or state.node_match[name] != policy_name:
+                state.node_match[name] = policy_name
+                state.matched = None
+            if policy is None or partition is None or flight:
+                seen_before[name] = (node, partition, flight)
                 continue
             enforced = self.state.enforced.get(name)
             if enforced is not None and enforced[0] is policy and enforced[1] is partition:
-                continue  # the same objects as when it needed nothing: nothing to do again
+                seen_before[name] = (node, partition, flight)
+                continue
             try:
                 wanted = policy_gpu_specs(policy, partition)
             except InvalidInputError as exc:
@@ -740,6 +774,7 @@ class Controller:
                 continue
             if wanted is None:
                 self.state.enforced[name] = (policy, partition)
+                seen_before[name] = (node, partition, flight)
                 continue
             current = list(partition.spec.gpus)
             if policy.spec.mode == "dynamic":
@@ -751,11 +786,13 @@ class Controller:
                 missing = [g for g in wanted if g.index not in named and g.index in whole]
                 if not missing:
                     self.state.enforced[name] = (policy, partition)
+                    seen_before[name] = (node, partition, flight)
                     continue
                 gpus = sorted([*current, *missing], key=lambda g: g.index or 0)
             else:
                 if [g.to_wire() for g in current] == [g.to_wire() for g in wanted]:
                     self.state.enforced[name] = (policy, partition)
+                    seen_before[name] = (node, partition, flight)
                     continue
                 gpus = wanted
             self.state.counter += 1
@@ -765,6 +802,13 @@ class Controller:
         if len(self.state.node_policy) > len(nodes):  # nodes went: forget them
             self.state.node_policy = {k: v for k, v in self.state.node_policy.items()
                                       if k in nodes}
+        matched = state.matched
+        if matched is None:
+            matched = {p.metadata.name: [] for p in policies}
+            for name, chose in sorted(state.node_match.items()):
+                if chose is not None and chose in matched:
+                    matched[chose].append(name)
+            state.matched = matched
         _, scale_up_problems = scaleup.targets(policies, self.settings.provisioning_requests)
         reasons = {key: "ScaleUpInvalid" for key in scale_up_problems if key not in problems}
         for key, text in scale_up_problems.items():
@@ -773,7 +817,7 @@ class Controller:
         for policy in policies:
             name = policy.metadata.name
             problem = problems.get(name)
-            status = PartitionPolicyStatus(matched_nodes=matched[name], conditions=[
+            status = PartitionPolicyStatus(matched_nodes=list(matched[name]), conditions=[
                 Condition(type="Invalid", status="True" if problem else "False",
                           reason=(reasons.get(name, "LayoutDoesNotFit") if problem
                                   else "Valid"),
