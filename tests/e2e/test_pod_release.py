@@ -17,7 +17,9 @@ from kubernetes import client
 from tessera.kube.pods import Pods
 from tessera.testing.cluster import Cluster
 
-GATE = "tessera.dev/placement"
+GATE = "example.dev/hold"
+"""Not Tessera's own gate: on the test cluster the chart's admission policy lets only the
+controller's service account lift that one, and what is tested here is the patch."""
 PIN = {"kubernetes.io/hostname": "gpu-node-7"}
 
 
