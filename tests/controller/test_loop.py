@@ -372,9 +372,11 @@ def test_enforcement_looks_again_only_at_nodes_whose_objects_changed(
     name, status = recorder.policy_statuses[-1]
     assert (name, status.matched_nodes) == ("a100-dynamic", ["node-b", "node-c"])
     cache.put("node", "DELETED", node("node-c"))
+    cache.put("node", "ADDED", node("node-d"))  # one went while another came
+    cache.put("nodepartition", "ADDED", partition("node-d", []))
     clock.now += 1
     controller.tick()
-    assert recorder.policy_statuses[-1][1].matched_nodes == ["node-b"]
+    assert recorder.policy_statuses[-1][1].matched_nodes == ["node-b", "node-d"]
 
 
 def test_nodes_no_policy_selects_are_left_alone() -> None:

@@ -739,10 +739,6 @@ class Controller:
             state.enforce_chosen = chosen
             state.enforce_seen = {}
             state.matched = None
-        if len(state.node_match) > len(nodes):  # nodes went: forget them
-            state.node_match = {k: v for k, v in state.node_match.items() if k in nodes}
-            state.enforce_seen = {k: v for k, v in state.enforce_seen.items() if k in nodes}
-            state.matched = None
         seen_before = state.enforce_seen
         todo: list[tuple[str, RawObject, NodePartition | None, bool]] = []
         for name, node in nodes.items():
@@ -802,6 +798,12 @@ class Controller:
         if len(self.state.node_policy) > len(nodes):  # nodes went: forget them
             self.state.node_policy = {k: v for k, v in self.state.node_policy.items()
                                       if k in nodes}
+        if len(state.node_match) > len(nodes):
+            # Nodes went (after the walk: every node there is now has its entry, so a node
+            # that went while another came is not missed): forget them.
+            state.node_match = {k: v for k, v in state.node_match.items() if k in nodes}
+            state.enforce_seen = {k: v for k, v in state.enforce_seen.items() if k in nodes}
+            state.matched = None
         matched = state.matched
         if matched is None:
             matched = {p.metadata.name: [] for p in policies}
