@@ -23,6 +23,7 @@ from rich.table import Table
 
 from tessera.api.v1alpha1 import NodePartition
 from tessera.cli.plan_cmd import live_cluster
+from tessera.controller.dra import serves_dra
 from tessera.core.planner import Plan
 
 __all__ = ["GpuRow", "Status", "build_status", "register", "run"]
@@ -86,7 +87,7 @@ def build_status(partitions: Mapping[str, NodePartition], preview: Plan,
         if wanted and wanted != applied:
             in_flight.append((name, wanted, applied or "-"))
         specs = {g.index: g for g in partition.spec.gpus}
-        on_dra = partition.status is not None and partition.status.api == "dra"
+        on_dra = serves_dra(partition)
         for observed in partition.status.gpus if partition.status else []:
             spec = specs.get(observed.index)
             row = GpuRow(name, observed.index, observed.model or observed.name,

@@ -34,21 +34,20 @@ __all__ = [
     "admitted",
     "curation",
     "dra_nodes",
-    "dra_partitions",
     "is_dra_pod",
     "models_of",
     "offered_resources",
     "servable",
+    "serves_dra",
     "unservable_profiles",
 ]
 
 RawObject = Mapping[str, object]
 
 
-def dra_partitions(partitions: Mapping[str, NodePartition]) -> dict[str, NodePartition]:
-    """The NodePartitions of nodes whose agent serves DRA."""
-    return {name: p for name, p in partitions.items()
-            if p.status is not None and p.status.api == "dra"}
+def serves_dra(partition: NodePartition) -> bool:
+    """Whether the node's agent serves DRA (it says so in its NodePartition's status)."""
+    return partition.status is not None and partition.status.api == "dra"
 
 
 @cache

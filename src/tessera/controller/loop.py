@@ -194,7 +194,7 @@ class ClusterCache:
                     self.dra.discard(name)
                 else:
                     partition = self.partitions[name] = NodePartition.model_validate(raw)
-                    if partition.status is not None and partition.status.api == "dra":
+                    if dra.serves_dra(partition):
                         self.dra.add(name)
                     else:
                         self.dra.discard(name)
@@ -227,7 +227,7 @@ class ClusterCache:
                                  dict[str, NodePartition], dict[str, PartitionPolicy],
                                  dict[str, NodePartition]]:
         """:meth:`view`, and the NodePartitions of DRA nodes among its NodePartitions
-        (``dra.dra_partitions`` of them), read together."""
+        (those that :func:`dra.serves_dra`), read together."""
         with self._lock:
             partitions = dict(self.partitions)
             return (dict(self.pods), dict(self.nodes), partitions, dict(self.policies),

@@ -59,7 +59,8 @@ class Pods:
         ops = _release_ops(live.node_selector, [g.name for g in live.scheduling_gates or []],
                            gate, labels, gated)
         if not ops:
-            return ops is not None  # not gated: the scheduler places it once capacity shows
+            # Empty: not gated, the scheduler places it once capacity shows; None: gate gone.
+            return ops is not None
         try:
             self._core.patch_namespaced_pod(name, namespace, ops)
         except ApiException as exc:
