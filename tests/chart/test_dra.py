@@ -90,3 +90,14 @@ def test_an_empty_dra_node_selector_is_refused(binaries: Binaries) -> None:
                   "--set", "dra.nodeSelector.tessera\\.dev/api=null")
     assert result.returncode != 0
     assert "/dra/nodeSelector" in result.stderr
+
+
+def test_the_controller_may_touch_only_the_shares_device_class(binaries: Binaries) -> None:
+    """It annotates the MPS shares' DeviceClass to have the scheduler retry share pods."""
+    roles = _by_kind(render(binaries, "dra.enabled=true"), "ClusterRole")
+    rules = [r for r in roles["tessera-controller"]["rules"]
+             if "deviceclasses" in r["resources"]]
+    assert rules == [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"],
+                      "resourceNames": [dra.MPS_DEVICE_CLASS], "verbs": ["get", "patch"]}]
+    off = _by_kind(render(binaries), "ClusterRole")["tessera-controller"]["rules"]
+    assert not [r for r in off if "deviceclasses" in r["resources"]]

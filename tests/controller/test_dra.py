@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from tessera.api.v1alpha1 import NodePartition
 from tessera.controller import dra
+from tessera.core.dra import MPS_DEVICE_CLASS
 
-from .test_loop import node, partition, pod, setup
+from .test_loop import l4_partition, node, partition, pod, setup
 
 SELECTOR = (("tessera.dev/api", "dra"),)
 
@@ -117,6 +119,67 @@ def test_a_dra_pod_the_scheduler_could_not_place_lifts_curation_of_its_profile()
     assert "1g.10gb" not in idle.profiles
     assert "3g.40gb" in idle.profiles
     assert recorder.pod_events == [], "a DRA pod is the scheduler's: no planner verdict on it"
+
+
+def _shares_cluster(bound: int, stuck: int) -> tuple[Any, Any, Any, Any]:
+    """An L4 DRA node of 6 MPS shares, ``bound`` share pods on it and ``stuck`` handed to
+    the scheduler that it turned down (Unschedulable)."""
+    cache, recorder, controller, clock = setup(dra_node_selector=SELECTOR)
+    cache.put("node", "ADDED", dra_node("dra-l4"))
+    l4 = l4_partition("dra-l4", mode="mps")
+    l4["status"]["api"] = "dra"
+    cache.put("nodepartition", "ADDED", l4)
+    for i in range(bound):
+        cache.put("pod", "ADDED", pod(f"on-{i}", "nvidia.com/gpu.shared", gated=False,
+                                      node_name="dra-l4"))
+    for i in range(stuck):
+        waiting = pod(f"stuck-{i}", "nvidia.com/gpu.shared", gated=False)
+        waiting["spec"]["nodeSelector"] = {"tessera.dev/api": "dra"}
+        waiting["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                            "reason": "Unschedulable"}]
+        cache.put("pod", "ADDED", waiting)
+    return cache, recorder, controller, clock
+
+
+def test_share_pods_turned_down_while_shares_are_free_go_back_to_the_scheduler() -> None:
+    """kube-scheduler may turn a share pod down with a share free (a bound claim counted
+    twice for a moment) and then waits minutes for an event: the controller makes one by
+    touching the shares' DeviceClass, after ``dra_requeue_s``, then less and less often."""
+    _cache, recorder, controller, clock = _shares_cluster(bound=3, stuck=2)
+    controller.tick()
+    clock.now += 5
+    controller.tick()
+    assert recorder.requeued == [], "the scheduler gets dra_requeue_s (10 s) to retry first"
+    clock.now += 5
+    controller.tick()
+    assert recorder.requeued == [MPS_DEVICE_CLASS]
+    clock.now += 15
+    controller.tick()
+    assert recorder.requeued == [MPS_DEVICE_CLASS], "then less often: 20 s"
+    clock.now += 5
+    controller.tick()
+    assert recorder.requeued == [MPS_DEVICE_CLASS] * 2, "still turned down: once more"
+    for _ in range(100):
+        clock.now += 5
+        controller.tick()
+    assert len(recorder.requeued) == 5, "40, 80 then 160 s apart (at 70, 150, 310 s)"
+
+
+def test_share_pods_waiting_for_shares_in_use_are_left_waiting() -> None:
+    _cache, recorder, controller, clock = _shares_cluster(bound=6, stuck=1)
+    for _ in range(5):
+        controller.tick()
+        clock.now += 10
+    assert recorder.requeued == [], "every share is held: nothing for the scheduler to find"
+
+
+def test_free_shares_are_each_shared_gpus_shares_less_the_bound_pods_units() -> None:
+    l4 = l4_partition("dra-l4", mode="mps")
+    l4["status"]["api"] = "dra"
+    partitions = {"dra-l4": NodePartition.model_validate(l4),
+                  "dra-a": NodePartition.model_validate(dra_partition("dra-a", [[]]))}
+    assert dra.free_shares(partitions, {"dra-l4": 4}) == {"dra-l4": 2}
+    assert dra.free_shares(partitions, {"dra-l4": 6}) == {}, "full, and MIG nodes have none"
 
 
 def test_servable_means_every_request_is_something_a_dra_gpu_serves() -> None:

@@ -32,6 +32,7 @@ class Recorder:
         self.placeholders: list[Mapping[str, Any]] = []
         self.deleted_placeholders: list[tuple[str, str]] = []
         self.deleted_kinds: list[str] = []
+        self.requeued: list[str] = []
 
     def write_spec(self, node: str, spec: NodePartitionSpec,
                    current: NodePartition | None) -> bool:
@@ -48,6 +49,9 @@ class Recorder:
     def release_to_dra(self, pod: str, selector: Mapping[str, str]) -> bool:
         self.released_to_dra.append((pod, dict(selector)))
         return True
+
+    def requeue_dra(self, device_class: str) -> None:
+        self.requeued.append(device_class)
 
     def pod_event(self, pod: str, reason: str, message: str, warning: bool) -> None:
         self.pod_events.append((pod, reason, message, warning))

@@ -10,9 +10,10 @@ T = TypeVar("T")
 
 
 def eventually(probe: Callable[[], T | None], timeout: float, what: str,
-               interval: float = 0.2) -> T:
+               interval: float = 0.2, describe: Callable[[], object] | None = None) -> T:
     """Poll ``probe`` until it returns something truthy; fail naming ``what`` and the last
-    value seen. The cluster is asynchronous everywhere, so every check waits this way."""
+    value seen. The cluster is asynchronous everywhere, so every check waits this way.
+    ``describe``: what else the failure should show (the objects the probe looked at)."""
     deadline = time.monotonic() + timeout
     last: T | None = None
     while True:
@@ -20,5 +21,7 @@ def eventually(probe: Callable[[], T | None], timeout: float, what: str,
         if last:
             return last
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+            seen = f"; state: {describe()!r}" if describe is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; "
+                                 f"last: {last!r}{seen}")
         time.sleep(interval)

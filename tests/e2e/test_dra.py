@@ -238,6 +238,23 @@ def _phase(system: TesseraDeployment, name: str) -> str:
     return str(system.core.read_namespaced_pod(name, "default").status.phase)
 
 
+def _pods_state(system: TesseraDeployment, names: list[str]) -> list[dict[str, Any]]:
+    """Each pod's phase, gates, node and scheduling condition, and their Events: what a
+    timed-out wait shows, so a failure in CI says where the pods stopped."""
+    found = []
+    for name in names:
+        pod = system.core.read_namespaced_pod(name, "default")
+        events = system.core.list_namespaced_event(
+            "default", field_selector=f"involvedObject.name={name}").items
+        found.append({
+            "pod": name, "phase": pod.status.phase, "node": pod.spec.node_name,
+            "gates": [g.name for g in pod.spec.scheduling_gates or []],
+            "conditions": [(c.type, c.status, c.reason, c.message)
+                           for c in pod.status.conditions or []],
+            "events": [(e.reason, e.message) for e in events]})
+    return found
+
+
 def test_agent_crash_and_kubelet_restart_converge_with_no_slice_leaked(
         system: TesseraDeployment) -> None:
     """The agent is SIGKILLed with a claim prepared, a pod arrives while it is down (the
@@ -265,9 +282,17 @@ def test_a_dra_native_claim_by_memory_gets_the_first_slice_that_big(
     """The README's ResourceClaimTemplate: any Tessera MIG slice with at least 20 GB (10^9
     bytes: a 1g.20gb has 19968 MiB)."""
     # At rest (no slices), curation taints nothing: the first fit is the published order's.
-    eventually(lambda: not any(d.get("taints") for node in (NODE, OTHER)
-                               for s in _pool(system, node)
-                               for d in s["spec"].get("devices", [])), 30, "no taints at rest")
+    # "At rest" is held for a while: as the last test's slices go one by one, the controller
+    # curates each step it sees (an A100 left with one slice taints the idle one's smaller
+    # placements) and the pools follow a moment later, so one untainted look proves nothing.
+    untainted_since = [time.monotonic()]
+
+    def settled() -> bool:
+        if any(d.get("taints") for node in (NODE, OTHER) for s in _pool(system, node)
+               for d in s["spec"].get("devices", [])):
+            untainted_since[0] = time.monotonic()
+        return time.monotonic() - untainted_since[0] > 3
+    eventually(settled, 30, "no taints at rest for 3 s")
     resource = client.CustomObjectsApi(system.api)
     template = {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
@@ -309,7 +334,7 @@ def test_mps_shares_of_a_gpu_without_mig_through_consumable_capacity(
         for name in names:
             system.core.create_namespaced_pod("default", _pod(name, "nvidia.com/gpu.shared"))
         eventually(lambda: sum(_phase(system, n) == "Running" for n in names) == 4, 90,
-                   "four shares Running")
+                   "four shares Running", describe=lambda: _pods_state(system, names))
         time.sleep(2)
         assert sum(_phase(system, n) == "Running" for n in names) == 4, "the fifth waits"
         given = [c for c in system.nodes[SHARED].created_containers()
@@ -325,3 +350,29 @@ def test_mps_shares_of_a_gpu_without_mig_through_consumable_capacity(
         _delete_all(system)
     eventually(lambda: system.partition(SHARED)["status"]["gpus"][0]["mps"]["daemon"]
                == "Stopped", 60, "the daemon stopped after the last share")
+
+
+def test_a_share_pod_the_scheduler_turns_down_with_shares_free_is_sent_back_to_it(
+        system: TesseraDeployment) -> None:
+    """The controller touches the shares' DeviceClass (its RBAC allows that one class) when a
+    share pod handed to the scheduler waits Unschedulable while the L4 has shares free. Here
+    the pod asks more CPU than any node has, so it stays down: the touch is made, once, then
+    less often (the unit tests pin the intervals)."""
+    name = f"cpu-bound-{uuid.uuid4().hex[:5]}"
+    body = _pod(name, "nvidia.com/gpu.shared")
+    body.spec.containers[0].resources.requests = {"cpu": "1000"}
+    classes = client.CustomObjectsApi(system.api)
+
+    def touched() -> str | None:
+        found = classes.get_cluster_custom_object(
+            "resource.k8s.io", "v1", "deviceclasses", dra.MPS_DEVICE_CLASS)
+        return cast(str | None, found["metadata"].get("annotations", {}).get(
+            dra.REQUEUED_ANNOTATION))
+    before = touched()
+    try:
+        system.core.create_namespaced_pod("default", body)
+        eventually(lambda: touched() != before, 60, "the DeviceClass touched",
+                   describe=lambda: _pods_state(system, [name]))
+        assert _phase(system, name) == "Pending"
+    finally:
+        _delete_all(system)

@@ -34,6 +34,7 @@ __all__ = [
     "admitted",
     "curation",
     "dra_nodes",
+    "free_shares",
     "is_dra_pod",
     "models_of",
     "offered_resources",
@@ -83,6 +84,21 @@ def unservable_profiles(requests: Mapping[str, int], offered: frozenset[str]) ->
     return sorted(r for r in requests
                   if r.startswith(catalogue.MIG_RESOURCE_PREFIX)
                   and not r.endswith(catalogue.SHARED_SUFFIX) and r not in offered)
+
+
+def free_shares(partitions: Mapping[str, NodePartition],
+                used: Mapping[str, int]) -> dict[str, int]:
+    """MPS shares each DRA node has left: its healthy shared GPUs' shares less ``used`` (the
+    ``nvidia.com/gpu.shared`` units of the pods bound there); nodes with none left omitted."""
+    free: dict[str, int] = {}
+    for name, partition in partitions.items():
+        shares = sum(gpu.mps.shares for gpu in (partition.status.gpus if partition.status
+                                                   else [])
+                     if gpu.healthy and gpu.mode == "mps" and gpu.mps is not None)
+        left = shares - used.get(name, 0)
+        if left > 0:
+            free[name] = left
+    return free
 
 
 def models_of(partitions: Iterable[NodePartition]) -> list[str]:

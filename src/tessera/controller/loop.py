@@ -49,6 +49,7 @@ from tessera.controller.snapshot import (
     node_view,
 )
 from tessera.core import catalogue, planner
+from tessera.core.dra import MPS_DEVICE_CLASS
 from tessera.core.errors import InvalidInputError
 
 __all__ = ["ClusterCache", "Controller", "ControllerSettings", "Writer"]
@@ -56,6 +57,10 @@ __all__ = ["ClusterCache", "Controller", "ControllerSettings", "Writer"]
 log = logging.getLogger(__name__)
 
 RawObject = Mapping[str, Any]
+
+_SCHEDULER_FLUSH_S = 300.0
+"""kube-scheduler's podMaxInUnschedulablePodsDuration: it retries every turned-down pod this
+often by itself."""
 
 
 class Writer(Protocol):
@@ -68,6 +73,10 @@ class Writer(Protocol):
                     seen: RawObject | None = None) -> None:
         """Pin ``pod`` to ``hostname`` and ungate it if ``gated``; ``seen``: the pod as the
         cache shows it (a writer may build its patch from it, guarded by its version)."""
+        ...
+
+    def requeue_dra(self, device_class: str) -> None:
+        """Touch ``device_class`` so kube-scheduler retries the pods DRA turned down."""
         ...
 
     def release_to_dra(self, pod: str, selector: Mapping[str, str]) -> bool:
@@ -257,6 +266,9 @@ class ControllerSettings:
     """Pods that did not fit are planned again only when the cluster changed (a pod came or
     went, a slice freed, a node, policy or plan report changed) or after this long: time alone
     can matter (a GPU's repartition interval running out)."""
+    dra_requeue_s: float = 10.0
+    """A DRA pod asking MPS shares that the scheduler turned down while a node has shares
+    free is sent back to the scheduler after this long (see ``Controller._requeue_shares``)."""
     backlog_batch_s: float = 5.0
     """The batch window (idle and max) while pods the last plan could not place still wait.
     They wait for capacity anyway, and one plan over the departures and arrivals of a few
@@ -355,6 +367,11 @@ class _State:
     """Per node, the node object and policies its policy was matched from, and the match."""
     """What policy enforcement last looked at (objects by identity, plans in flight)."""
     dra_inputs: object = None
+    dra_stuck: dict[str, float] = field(default_factory=dict)
+    """DRA pods asking MPS shares the scheduler turned down: when first seen so."""
+    dra_requeued_at: float | None = None
+    dra_requeue_wait: float | None = None
+    """How long after the last touch the next may come (doubles while pods stay down)."""
     """What the last curation was computed from (the DRA partitions by identity, exemptions)."""
     unplaced: dict[str, float] = field(default_factory=dict)
     """Pods the last plan that considered them could not place (the scale-up demand), with
@@ -379,6 +396,10 @@ class _DraSorting:
     """Profiles of DRA pods the scheduler could not place: not curated away."""
     unmatched: dict[str, list[str]] = field(default_factory=dict)
     """Pods asking MIG resources no DRA GPU offers."""
+    shares_waiting: dict[str, int] = field(default_factory=dict)
+    """DRA pods asking MPS shares that the scheduler found no device for: units asked."""
+    shares_used: dict[str, int] = field(default_factory=dict)
+    """MPS share units held by the pods bound to each DRA node."""
 
 
 V = TypeVar("V")
@@ -564,10 +585,15 @@ class Controller:
                     found.kept[key] = pod  # aimed elsewhere (node selector, affinity): planned
             elif node or (dra.is_dra_pod(pod, selector) if selector
                           else dra.admitted(facts.pending, selector, dra_nodes)):
+                shares = facts.requests.get(catalogue.MPS_SHARED_RESOURCE, 0)
+                if node and shares:
+                    found.shares_used[node] = found.shares_used.get(node, 0) + shares
                 if facts.waiting:  # the scheduler found no device: curation must not hide one
                     found.exempt.update(catalogue.profile_name_from_resource(r)
                                         for r in facts.requests
                                         if r.startswith(catalogue.MIG_RESOURCE_PREFIX))
+                    if shares:
+                        found.shares_waiting[key] = shares
             else:
                 found.kept[key] = pod
         return found
@@ -595,7 +621,45 @@ class Controller:
         state.dra_released &= {k for k, p in pods.items() if demand.is_gated(p)}
         state.dra_told &= set(pods)
         self._curate(on_dra, frozenset(found.exempt))
+        self._requeue_shares(found, on_dra)
         return found.kept
+
+    def _requeue_shares(self, found: _DraSorting, on_dra: Mapping[str, NodePartition]) -> None:
+        """Have kube-scheduler look again at MPS-share pods it found no device for while a
+        DRA node has shares free.
+
+        The scheduler retries a pod DRA turned down only on a ResourceSlice, DeviceClass or
+        claim change that could help it (or after five minutes). A burst of share pods can be
+        turned down with a share free: while a bound pod's claim is both in the scheduler's
+        cache and still counted in flight, its consumable capacity counts twice (seen in the
+        e2e: two of five pods left waiting 90 s beside a free share). No later event comes, so
+        after ``dra_requeue_s`` the controller touches the shares' DeviceClass (an annotation),
+        which sends those pods back to the scheduling queue; only while the shares asked fit on
+        some node, and less often each time while pods stay turned down (10, 20, 40 s ... up
+        to the scheduler's own five minutes): a pod turned down for another reason (its own
+        node selector, CPU) would otherwise have the class touched forever."""
+        state = self.state
+        now = self._clock()
+        state.dra_stuck = {k: state.dra_stuck.get(k, now) for k in found.shares_waiting}
+        if not state.dra_stuck:
+            state.dra_requeue_wait = self.settings.dra_requeue_s
+            return
+        wait = state.dra_requeue_wait or self.settings.dra_requeue_s
+        due = [k for k, since in state.dra_stuck.items()
+               if now - since >= self.settings.dra_requeue_s]
+        if not due or (state.dra_requeued_at is not None
+                       and now - state.dra_requeued_at < wait):
+            return
+        free = dra.free_shares(on_dra, found.shares_used)
+        if not any(found.shares_waiting[k] <= left for k in due for left in free.values()):
+            return
+        state.dra_requeued_at = now
+        state.dra_requeue_wait = min(2 * wait, _SCHEDULER_FLUSH_S)
+        log.info("%d pod(s) asking MPS shares wait on the scheduler while %s has shares "
+                 "free; touching DeviceClass %s so it looks again", len(due),
+                 ", ".join(f"{n} ({left})" for n, left in sorted(free.items())),
+                 MPS_DEVICE_CLASS)
+        self.writer.requeue_dra(MPS_DEVICE_CLASS)
 
     def _curate(self, on_dra: Mapping[str, NodePartition], exempt: frozenset[str]) -> None:
         """Write each DRA node's ``spec.dra`` where curation changed it."""

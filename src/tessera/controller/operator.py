@@ -13,6 +13,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -35,6 +36,7 @@ from tessera.api.v1alpha1 import (
 from tessera.controller import scaleup
 from tessera.controller.demand import GATE
 from tessera.controller.loop import ClusterCache, Controller, ControllerSettings
+from tessera.core.dra import REQUEUED_ANNOTATION
 from tessera.kube.events import EventRecorder
 from tessera.kube.health import HealthServer
 from tessera.kube.leases import LeaderElector
@@ -171,6 +173,16 @@ class ApiWriter:
             self._events.record(kind="Pod", name=name, namespace=namespace, api_version="v1",
                                 reason="Released", message=f"pinned to {node}; its GPU "
                                 "capacity is there", dedupe_s=0)
+
+    def requeue_dra(self, device_class: str) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        try:
+            self._custom.patch_cluster_custom_object(
+                "resource.k8s.io", "v1", "deviceclasses", device_class,
+                {"metadata": {"annotations": {REQUEUED_ANNOTATION: stamp}}})
+        except ApiException as exc:
+            log.warning("touching DeviceClass %s to have the scheduler retry pods failed: "
+                        "%s %s", device_class, exc.status, exc.reason)
 
     def release_to_dra(self, pod: str, selector: Mapping[str, str]) -> bool:
         namespace, name = pod.split("/", 1)

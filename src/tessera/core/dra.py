@@ -40,6 +40,7 @@ __all__ = [
     "MODE_MIG",
     "MODE_MPS",
     "MPS_DEVICE_CLASS",
+    "REQUEUED_ANNOTATION",
     "SHARES",
     "TAINT_CURATED",
     "TAINT_UNHEALTHY",
@@ -107,6 +108,9 @@ SHARES = "shares"
 """The consumable capacity of an MPS device: each allocation takes shares of the GPU."""
 MPS_DEVICE_CLASS = f"gpu-shared.{DRIVER}"
 """The DeviceClass of MPS shares; its ``extendedResourceName`` is ``nvidia.com/gpu.shared``."""
+REQUEUED_ANNOTATION = f"{DRIVER}/requeued-at"
+"""Set on :data:`MPS_DEVICE_CLASS` by the controller when it sends share pods back to the
+scheduler (``tessera.controller.loop.Controller._requeue_shares``)."""
 
 
 def mps_device_name(gpu_index: int) -> str:

@@ -222,6 +222,10 @@ class DynamicPolicy(_MigPolicy):
         report ``api: dra`` (DRA nodes are the ``dra`` policies of :mod:`tessera.sim.dra`)."""
         raise AssertionError(f"pod {pod} handed to DRA on a cluster without DRA nodes")
 
+    def requeue_dra(self, device_class: str) -> None:
+        """Never called, as :meth:`release_to_dra`."""
+        raise AssertionError(f"DeviceClass {device_class} touched on a cluster without DRA")
+
     def pod_event(self, pod: str, reason: str, message: str, warning: bool) -> None:
         self.events += 1
 
