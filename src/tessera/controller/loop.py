@@ -42,8 +42,7 @@ from tessera.controller import demand, dra, scaleup
 from tessera.controller.decide import decide, plan_id
 from tessera.controller.policies import policy_for, policy_gpu_specs
 from tessera.controller.snapshot import (
-    SnapshotMemo,
-    build_snapshot,
+    SnapshotBuilder,
     node_allocatable,
     node_labels,
     node_view,
@@ -168,6 +167,9 @@ class ClusterCache:
         a tick need not look at every NodePartition to find them."""
         self.placeholder_namespace = "tessera"
         """Where placeholders are (the controller's namespace; set by the controller)."""
+        self._dirty: set[str] = set()
+        """Nodes whose Node or NodePartition changed (came, went) since the loop last took
+        them (:meth:`loop_view`): what its snapshot must build again."""
         self.changed = threading.Event()
 
     def put(self, kind: str, event_type: str, raw: RawObject) -> None:
@@ -197,7 +199,9 @@ class ClusterCache:
                     if self.nodes.get(name) == view:
                         return  # nothing the loop reads changed: no tick for it
                     self.nodes[name] = view
+                self._dirty.add(name)
             elif kind == "nodepartition":
+                self._dirty.add(name)
                 if event_type == "DELETED":
                     self.partitions.pop(name, None)
                     self.dra.discard(name)
@@ -232,12 +236,18 @@ class ClusterCache:
         with self._lock:
             return dict(self.pods), dict(self.nodes), dict(self.partitions), dict(self.policies)
 
-    def loop_view(self) -> tuple[dict[str, RawObject], dict[str, RawObject],
-                                 dict[str, NodePartition], dict[str, PartitionPolicy],
-                                 dict[str, NodePartition]]:
+    def loop_view(self, dirty: set[str] | None = None
+                  ) -> tuple[dict[str, RawObject], dict[str, RawObject],
+                             dict[str, NodePartition], dict[str, PartitionPolicy],
+                             dict[str, NodePartition]]:
         """:meth:`view`, and the NodePartitions of DRA nodes among its NodePartitions
-        (those that :func:`dra.serves_dra`), read together."""
+        (those that :func:`dra.serves_dra`), read together; with ``dirty``, the nodes whose
+        Node or NodePartition changed since the last such call are added to it, in the same
+        moment (one caller takes them: the controller)."""
         with self._lock:
+            if dirty is not None:
+                dirty |= self._dirty
+                self._dirty = set()
             partitions = dict(self.partitions)
             return (dict(self.pods), dict(self.nodes), partitions, dict(self.policies),
                     {name: partitions[name] for name in self.dra})
@@ -348,6 +358,7 @@ class _State:
     dra_told: set[str] = field(default_factory=set)
     """Pods told once that no DRA node offers their profile."""
     enforce_inputs: object = None
+    """What policy enforcement last looked at (objects by identity, plans in flight)."""
     enforce_seen: dict[str, tuple[RawObject, NodePartition | None, bool]] = field(
         default_factory=dict)
     """Per node, the Node and NodePartition objects and in-flight flag enforcement last found
@@ -360,12 +371,14 @@ class _State:
     matched: dict[str, list[str]] | None = None
     """Per policy, the nodes it selects, sorted: built again only when :attr:`node_match`
     changed."""
-    views: SnapshotMemo = field(default_factory=SnapshotMemo)
+    views: SnapshotBuilder = field(default_factory=SnapshotBuilder)
     """Each node's planner view between plans (rebuilt only where its inputs changed)."""
+    node_dirty: set[str] = field(default_factory=set)
+    """Nodes whose Node, NodePartition, written spec or change times changed since the last
+    snapshot: the cache's (taken with each view) and this controller's writes."""
     node_policy: dict[str, tuple[RawObject, tuple[PartitionPolicy, ...],
                                  PartitionPolicy | None]] = field(default_factory=dict)
     """Per node, the node object and policies its policy was matched from, and the match."""
-    """What policy enforcement last looked at (objects by identity, plans in flight)."""
     dra_inputs: object = None
     dra_stuck: dict[str, float] = field(default_factory=dict)
     """DRA pods asking MPS shares the scheduler turned down: when first seen so."""
@@ -520,6 +533,7 @@ class Controller:
             return
         self.state.written[node] = (spec.plan_id or "", now)
         self.state.specs[node] = spec
+        self.state.node_dirty.add(node)  # its written spec and change times are in its view
         for gpu in spec.gpus:
             if gpu.index is not None:
                 self.state.last_change[(node, gpu.index)] = self._wall()
@@ -529,7 +543,7 @@ class Controller:
 
     def tick(self) -> None:
         now = self._clock()
-        pods, nodes, partitions, policies, on_dra = self.cache.loop_view()
+        pods, nodes, partitions, policies, on_dra = self.cache.loop_view(self.state.node_dirty)
         if on_dra:
             # DRA nodes have no layouts to plan: the scheduler allocates there (tessera.
             # controller.dra); the rest of the tick sees only device-plugin nodes and pods.
@@ -925,10 +939,11 @@ class Controller:
             state.batch_keys = frozenset()
             return
         state.last_inputs, state.last_plan_at = inputs, now
-        state.planned_nodes = frozenset(n.name for n in snapshot.nodes if n.gpus)
+        state.planned_nodes = state.views.planned
         started = time.perf_counter()
         batch, result = self._plan_batch(
-            snapshot, [self.cache.facts(k, p).pending for k, p in candidates.items()])
+            snapshot, [self.cache.facts(k, p).pending for k, p in candidates.items()],
+            state.views.index)
         pending = batch.pods
         seconds = time.perf_counter() - started
         state.more = batch.cut_short
@@ -977,7 +992,7 @@ class Controller:
     def preview(self) -> planner.Plan:
         """What a plan made now would do, writing nothing (``tessera plan --kubeconfig``): the
         snapshot, the waiting pods and the planner exactly as :meth:`tick` would use them."""
-        pods, nodes, partitions, policies, on_dra = self.cache.loop_view()
+        pods, nodes, partitions, policies, on_dra = self.cache.loop_view(self.state.node_dirty)
         if on_dra:  # as a tick: DRA's pods and nodes are the scheduler's
             pods = self._sort_dra(pods, dra.dra_nodes(nodes, on_dra), on_dra).kept
             nodes, partitions = _without(on_dra, nodes), _without(on_dra, partitions)
@@ -987,20 +1002,22 @@ class Controller:
                  if k not in self.state.waiting and k not in self.state.released]
         snapshot = self._snapshot(pods, self._bound(pods), nodes, partitions,
                                   policies=list(policies.values()), inflight=inflight)
-        batch, result = self._plan_batch(snapshot, [f.pending for f in facts if f.waiting])
+        batch, result = self._plan_batch(snapshot, [f.pending for f in facts if f.waiting],
+                                         self.state.views.index)
         return replace(result, unplaced=(*result.unplaced, *batch.later))
 
-    def _plan_batch(self, snapshot: planner.Snapshot, waiting: Sequence[planner.PendingPod]
-                    ) -> tuple[planner.Batch, planner.Plan]:
+    def _plan_batch(self, snapshot: planner.Snapshot, waiting: Sequence[planner.PendingPod],
+                    index: planner.RoomIndex) -> tuple[planner.Batch, planner.Plan]:
         """The bounded batch of the waiting pods, and the planner's plan for it, with the
-        whole backlog's mix as the demand placements keep capacity usable for."""
+        whole backlog's mix as the demand placements keep capacity usable for; ``index``:
+        the snapshot's room (kept by the snapshot's builder)."""
         settings = self.settings
         batch = planner.bounded_batch(snapshot, waiting, per_shape=settings.per_shape,
-                                      reservations=settings.reservations)
+                                      reservations=settings.reservations, index=index)
         demand_mix = _demand_mix(waiting)
         # On a large cluster, the best-fitting nodes first; every node when that leaves a pod
         # out (planner.narrow).
-        narrowed = planner.narrow(snapshot, batch.pods, batch.room)
+        narrowed = planner.narrow(snapshot, batch.pods, batch.room, index=index)
         if narrowed is not None:
             result = planner.plan(narrowed, list(batch.pods), solver=settings.solver,
                                   reservations=settings.reservations, recent_demand=demand_mix)
@@ -1014,10 +1031,14 @@ class Controller:
                   nodes: Mapping[str, RawObject], partitions: Mapping[str, NodePartition], *,
                   policies: list[PartitionPolicy], inflight: set[str]) -> planner.Snapshot:
         """The planner's view: placed pods that wait for their slice hold it too."""
-        return build_snapshot(nodes.values(), partitions, policies,
-                              self._claimed(pods, bound, placed=True), frozen=inflight,
-                              last_change=self.state.last_change, now=self._wall(),
-                              specs=self.state.specs, memo=self.state.views)
+        state = self.state
+        snapshot = state.views.build(nodes, partitions, policies,
+                                     self._claimed(pods, bound, placed=True),
+                                     dirty=state.node_dirty, frozen=inflight,
+                                     last_change=state.last_change, now=self._wall(),
+                                     specs=state.specs)
+        state.node_dirty = set()
+        return snapshot
 
     def _tell(self, pod: str, reason: str, message: str, warning: bool) -> None:
         if self.state.told.get(pod) == f"{reason}:{message}":

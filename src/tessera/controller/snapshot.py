@@ -21,10 +21,19 @@ from tessera.api.v1alpha1 import (
 )
 from tessera.controller.policies import policy_for
 from tessera.core import catalogue
-from tessera.core.planner import Gpu, GpuSlice, Node, Policy, Snapshot, Taint
+from tessera.core.planner import (
+    Gpu,
+    GpuSlice,
+    Node,
+    Policy,
+    RoomIndex,
+    RoomTracker,
+    Snapshot,
+    Taint,
+)
 from tessera.core.planner.model import Sharing
 
-__all__ = ["SnapshotMemo", "build_snapshot", "node_allocatable", "node_labels", "node_taints",
+__all__ = ["SnapshotBuilder", "build_snapshot", "node_allocatable", "node_labels", "node_taints",
            "node_view"]
 
 RawNode = Mapping[str, Any]
@@ -161,33 +170,115 @@ def _share_settings(policy: PartitionPolicy) -> tuple[Sharing | None, int]:
     return None, 0
 
 
-class SnapshotMemo:
-    """Each node's planner view with what it was built from, kept between snapshots: the
-    cache replaces an object on every change, so a node whose Node, NodePartition, policies,
-    plan in flight, claims and change times are the same objects and values as last time has
-    the same view, and a plan over 2,000 nodes rebuilds only the few that changed."""
+_MISSING = object()
+
+
+class SnapshotBuilder:
+    """The planner's view kept between plans and rebuilt only for the nodes whose inputs
+    changed, as the caller says: a plan's snapshot then costs what changed, not what the
+    cluster holds (at 2,000 nodes, looking at every node's inputs was the largest part of a
+    plan's cost that grew with the cluster; bench/plan_cost_bench.py).
+
+    A node's view is built from its Node and NodePartition, the policies, the units bound to
+    it, whether a plan is in flight there (and the spec written for it) and its GPUs' change
+    times. The caller names the nodes whose Node, NodePartition, written spec or change times
+    changed (``dirty``: the cache's record of what its watches delivered, and the
+    controller's own writes); this compares the rest itself (the in-flight set, the claims,
+    the policies by identity). It builds exactly what :func:`build_snapshot` builds from the
+    same inputs (tests/controller/test_snapshot.py checks so over random changes)."""
 
     def __init__(self) -> None:
-        self._views: dict[str, tuple[tuple[object, ...], tuple[object, ...], Node | None]] = {}
+        self._views: dict[str, Node | None] = {}
+        self._order: list[str] = []
+        self._nodes: tuple[Node, ...] = ()
+        self._policies: tuple[PartitionPolicy, ...] | None = None
+        self._frozen: frozenset[str] = frozenset()
+        self._claimed: Mapping[str, Mapping[str, int]] = {}
+        self._room = RoomTracker()
+        self._list: list[Node] = []
+        self._position: dict[str, int] = {}
+        self._with_gpus: set[str] = set()
+        self._planned: frozenset[str] | None = frozenset()
 
-    def get(self, name: str, same: tuple[object, ...], equal: tuple[object, ...]
-            ) -> tuple[bool, Node | None]:
-        """(found, view): ``same`` compared by identity, ``equal`` by value."""
-        found = self._views.get(name)
-        if (found is None or len(found[0]) != len(same)
-                or any(a is not b for a, b in zip(found[0], same, strict=True))
-                or found[1] != equal):
-            return False, None
-        return True, found[2]
+    @property
+    def planned(self) -> frozenset[str]:
+        """The nodes of the last snapshot that have GPUs to plan over."""
+        if self._planned is None:
+            self._planned = frozenset(self._with_gpus)
+        return self._planned
 
-    def put(self, name: str, same: tuple[object, ...], equal: tuple[object, ...],
-            view: Node | None) -> None:
-        self._views[name] = (same, equal, view)
+    @property
+    def index(self) -> RoomIndex:
+        """The MIG room of the last snapshot built (for the batch bound and narrowing)."""
+        return self._room.freeze()
 
-    def keep(self, names: set[str]) -> None:
-        """Forget nodes not in ``names`` (gone from the cluster)."""
-        if len(self._views) > len(names):
-            self._views = {k: v for k, v in self._views.items() if k in names}
+    def build(self, nodes: Mapping[str, RawNode], partitions: Mapping[str, NodePartition],
+              policies: Sequence[PartitionPolicy], claimed: Mapping[str, Mapping[str, int]],
+              *, dirty: Iterable[str], frozen: Iterable[str] = (),
+              last_change: Mapping[tuple[str, int], float] | None = None,
+              now: float | None = None,
+              specs: Mapping[str, NodePartitionSpec] | None = None) -> Snapshot:
+        """:func:`build_snapshot` of the same inputs; ``nodes`` by name; ``dirty``: the nodes
+        whose Node, NodePartition, written spec or change times changed since the last call
+        (every node, the first time, whatever it says)."""
+        chosen = tuple(policies)
+        in_flight = frozenset(frozen)
+        known = self._policies
+        if known is None or len(known) != len(chosen) or any(
+                a is not b for a, b in zip(known, chosen, strict=True)):
+            todo = set(nodes) | set(self._views)
+            self._policies = chosen
+        else:
+            todo = set(dirty) | (in_flight ^ self._frozen)
+            before = self._claimed
+            todo.update(name for name, held in claimed.items() if before.get(name) != held)
+            todo.update(name for name in before if name not in claimed)
+        self._frozen = in_flight
+        self._claimed = claimed
+        if not todo:
+            return Snapshot(nodes=self._nodes, now=now)
+        specs = specs or {}
+        last_change = last_change or {}
+        reordered = False
+        replaced: list[tuple[str, Node]] = []
+        for name in todo:
+            raw = nodes.get(name)
+            old = self._views.get(name)
+            if raw is None:
+                reordered |= self._views.pop(name, _MISSING) is not _MISSING
+                view = None
+            else:
+                reordered |= name not in self._views
+                partition = partitions.get(name)
+                flight = name in in_flight
+                spec = ((specs.get(name) or (partition.spec if partition else None))
+                        if flight else None)
+                view = self._views[name] = _view(raw, partition, chosen, claimed,
+                                                 in_flight=flight, spec=spec,
+                                                 last_change=last_change)
+            if view is old:
+                continue
+            self._room.update(name, old, view)
+            # A view that comes or goes moves the others; one replaced keeps its place.
+            reordered |= (old is None) != (view is None)
+            if view is not None:
+                replaced.append((name, view))
+            if bool(old is not None and old.gpus) != bool(view is not None and view.gpus):
+                self._planned = None
+                if view is not None and view.gpus:
+                    self._with_gpus.add(name)
+                else:
+                    self._with_gpus.discard(name)
+        if reordered:
+            self._order = sorted(self._views)
+            self._list = [view for view in map(self._views.__getitem__, self._order)
+                          if view is not None]
+            self._position = {view.name: i for i, view in enumerate(self._list)}
+        else:
+            for name, view in replaced:
+                self._list[self._position[name]] = view
+        self._nodes = tuple(self._list)
+        return Snapshot(nodes=self._nodes, now=now)
 
 
 def build_snapshot(
@@ -200,7 +291,6 @@ def build_snapshot(
     last_change: Mapping[tuple[str, int], float] | None = None,
     now: float | None = None,
     specs: Mapping[str, NodePartitionSpec] | None = None,
-    memo: SnapshotMemo | None = None,
 ) -> Snapshot:
     """``claimed[node][resource]``: units held by pods bound or pinned to the node.
 
@@ -217,35 +307,15 @@ def build_snapshot(
     last_change = last_change or {}
     planned: list[Node] = []
     chosen = tuple(policies)
-    names: set[str] = set()
-    # Change times by node, gathered once: only GPUs that changed have one, while looking
-    # each node's GPUs up was eight lookups per node per plan.
-    changed: dict[str, list[tuple[int, float]]] = {}
-    for (node_name, index), at in last_change.items():
-        changed.setdefault(node_name, []).append((index, at))
     for raw in sorted(nodes, key=lambda n: n.get("metadata", {}).get("name", "")):
         name = raw.get("metadata", {}).get("name", "")
-        names.add(name)
         partition = partitions.get(name)
         in_flight = name in skip
         spec = (specs.get(name) or (partition.spec if partition else None)) if in_flight else None
-        same = (raw, partition, spec, *chosen)
-        times = changed.get(name)
-        equal = (in_flight, tuple(sorted(claimed[name].items())) if name in claimed else (),
-                 tuple(sorted(times)) if times else ())
-        if memo is not None:
-            found, view = memo.get(name, same, equal)
-            if not found:
-                view = _view(raw, partition, chosen, claimed, in_flight=in_flight, spec=spec,
-                             last_change=last_change)
-                memo.put(name, same, equal, view)
-        else:
-            view = _view(raw, partition, chosen, claimed, in_flight=in_flight, spec=spec,
-                         last_change=last_change)
+        view = _view(raw, partition, chosen, claimed, in_flight=in_flight, spec=spec,
+                     last_change=last_change)
         if view is not None:
             planned.append(view)
-    if memo is not None:
-        memo.keep(names)
     return Snapshot(nodes=tuple(planned), now=now)
 
 

@@ -56,6 +56,7 @@ from tessera.core.planner.parse import parse_cluster, parse_pending, plan_to_dic
 from tessera.core.planner.problem import prepare
 from tessera.core.planner.reserve import DEFAULT_RESERVATIONS
 from tessera.core.planner.result import PlannerBug, assemble
+from tessera.core.planner.room import RoomIndex, RoomTracker
 from tessera.core.planner.sharing import reshape
 from tessera.core.planner.slice_shares import place_slice_shares
 
@@ -78,6 +79,8 @@ __all__ = [
     "PlannerBug",
     "PodPlacement",
     "Policy",
+    "RoomIndex",
+    "RoomTracker",
     "Snapshot",
     "SolverName",
     "Taint",

@@ -29,6 +29,7 @@ from tessera.core.errors import InvalidInputError
 from tessera.core.planner.geometry import hostable
 from tessera.core.planner.model import PendingPod, Snapshot, Unplaced
 from tessera.core.planner.reserve import DEFAULT_RESERVATIONS
+from tessera.core.planner.room import RoomIndex
 
 __all__ = ["DEFAULT_PER_SHAPE", "Batch", "bounded_batch"]
 
@@ -70,16 +71,14 @@ def _order(pod: PendingPod) -> tuple[int, float, str]:
 
 def bounded_batch(snapshot: Snapshot, pods: Sequence[PendingPod], *,
                   per_shape: int = DEFAULT_PER_SHAPE,
-                  reservations: int = DEFAULT_RESERVATIONS) -> Batch:
-    """The pods one plan considers, from ``pods`` waiting (see the module docstring)."""
-    mig: list[tuple[str, int, int]] = []  # (model, held mask, free compute)
-    room: dict[str, tuple[int, int]] = {}
-    free_compute = 0
-    for node in snapshot.nodes:
-        node_free, node_used, open_gpus = node.mig_room
-        mig.extend(open_gpus)
-        free_compute += node_free
-        room[node.name] = (node_free, node_used)
+                  reservations: int = DEFAULT_RESERVATIONS,
+                  index: RoomIndex | None = None) -> Batch:
+    """The pods one plan considers, from ``pods`` waiting (see the module docstring).
+    ``index``: the snapshot's room, kept by the caller (else counted here, node by node)."""
+    if index is None:
+        index = RoomIndex.of(snapshot.nodes)
+    room = index.room
+    free_compute = index.free_compute
     shapes: dict[tuple[tuple[str, int], ...], list[PendingPod]] = {}
     for pod in sorted(pods, key=_order):
         shapes.setdefault(pod.requests, []).append(pod)
@@ -95,7 +94,7 @@ def bounded_batch(snapshot: Snapshot, pods: Sequence[PendingPod], *,
         return (f"older pods asking the same come first (a plan considers at most {most} "
                 "of a kind)")
 
-    most = max(per_shape, len(mig))
+    most = max(per_shape, index.open_gpus)
     for shape, queue in shapes.items():
         profiles = [(_profile(r), n) for r, n in shape]
         if not profiles or any(p is None for p, _ in profiles):
@@ -105,7 +104,7 @@ def bounded_batch(snapshot: Snapshot, pods: Sequence[PendingPod], *,
         named = [(p, n) for p, n in profiles if p is not None]
         compute = max(1, sum(compute_of(p) * n for p, n in named))
         largest = max((p for p, _ in named), key=compute_of)
-        if not any(hostable(model, held, largest) for model, held, _ in mig):
+        if not any(hostable(model, held, largest) for model, held in index.layouts):
             # The oldest may reserve GPUs that drain for them; the rest wait behind it.
             take(queue, reservations, f"no GPU can host {largest} now; older pods asking "
                  "the same wait first, for GPUs to drain")

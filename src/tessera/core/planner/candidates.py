@@ -18,11 +18,12 @@ shares: their capacity is not counted in compute slices), are planned whole.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from tessera.core.planner.batch import mig_compute
 from tessera.core.planner.model import PendingPod, Snapshot
+from tessera.core.planner.room import RoomIndex
 
 __all__ = ["DEFAULT_HEADROOM", "DEFAULT_MINIMUM", "narrow"]
 
@@ -35,11 +36,13 @@ DEFAULT_HEADROOM = 4.0
 
 
 def narrow(snapshot: Snapshot, pods: Sequence[PendingPod], room: Mapping[str, tuple[int, int]],
-           *, minimum: int = DEFAULT_MINIMUM, headroom: float = DEFAULT_HEADROOM
-           ) -> Snapshot | None:
+           *, minimum: int = DEFAULT_MINIMUM, headroom: float = DEFAULT_HEADROOM,
+           index: RoomIndex | None = None) -> Snapshot | None:
     """The snapshot with only the nodes a plan for ``pods`` looks at first, or None to plan
     over every node. ``room``: per node, (free, used) compute slices of its MIG GPUs (as
-    :func:`~tessera.core.planner.batch.bounded_batch` counts them)."""
+    :func:`~tessera.core.planner.batch.bounded_batch` counts them). ``index``: the same
+    room, kept by the caller for a snapshot whose nodes are in name order (its ranking is
+    then read, not sorted, and only the nodes chosen are looked at)."""
     if len(snapshot.nodes) <= minimum or not pods:
         return None
     asked = 0
@@ -48,16 +51,19 @@ def narrow(snapshot: Snapshot, pods: Sequence[PendingPod], room: Mapping[str, tu
         if compute is None:
             return None
         asked += compute
-    ranked = sorted(
-        (node for node in snapshot.nodes if room.get(node.name, (0, 0))[0] > 0),
-        key=lambda n: (room[n.name][1] == 0, room[n.name][0], n.name))
-    chosen: set[str] = set()
+    ranked: Iterable[tuple[bool, int, str]] = index.ranked if index is not None else sorted(
+        (room[n.name][1] == 0, room[n.name][0], n.name) for n in snapshot.nodes
+        if room.get(n.name, (0, 0))[0] > 0)
+    chosen: list[str] = []
     free = 0
-    for node in ranked:
+    for _idle, spare, name in ranked:
         if len(chosen) >= minimum and free >= headroom * asked:
             break
-        chosen.add(node.name)
-        free += room[node.name][0]
+        chosen.append(name)
+        free += spare
     if len(chosen) == len(snapshot.nodes):
         return None
-    return replace(snapshot, nodes=tuple(n for n in snapshot.nodes if n.name in chosen))
+    if index is not None:
+        return replace(snapshot, nodes=tuple(index.by_name[n] for n in sorted(chosen)))
+    picked = set(chosen)
+    return replace(snapshot, nodes=tuple(n for n in snapshot.nodes if n.name in picked))
