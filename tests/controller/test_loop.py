@@ -278,22 +278,29 @@ def test_nodes_with_a_plan_in_flight_are_not_planned_over() -> None:
 
 
 def test_a_settled_node_is_in_flight_again_once_a_new_plan_is_written_there() -> None:
-    """A node whose plan is applied is remembered as settled (not looked at again while its
-    NodePartition is the same object); a new plan, the controller's or anyone's, ends that."""
+    """A node whose plan is applied is remembered as settled (not looked at again until the
+    cache delivers a change of its NodePartition); a new plan, the controller's or anyone's,
+    ends that."""
     cache, _, controller, clock = setup()
+
+    def inflight() -> set[str]:  # as a tick: the view, with what changed, then the walk
+        return controller._inflight(controller._loop_view()[2], clock.now)
     cache.put("node", "ADDED", node("node-a"))
     cache.put("nodepartition", "ADDED", partition("node-a", [], plan="x-1", applied="x-1"))
-    partitions = cache.view()[2]
-    assert controller._inflight(partitions, clock.now) == set()
-    assert controller._inflight(partitions, clock.now) == set(), "settled, same object"
+    assert inflight() == set()
+    assert inflight() == set(), "settled, nothing delivered since"
+    assert controller.state.unsettled == set()
     controller.state.written["node-a"] = ("x-2", clock.now)  # our write, not yet in the cache
-    assert controller._inflight(partitions, clock.now) == {"node-a"}
+    assert inflight() == {"node-a"}
     cache.put("nodepartition", "MODIFIED", partition("node-a", [], plan="x-2", applied="x-1"))
-    assert controller._inflight(cache.view()[2], clock.now) == {"node-a"}
+    assert inflight() == {"node-a"}
     cache.put("nodepartition", "MODIFIED", partition("node-a", [], plan="x-2", applied="x-2"))
-    assert controller._inflight(cache.view()[2], clock.now) == set()
+    assert inflight() == set()
     cache.put("nodepartition", "MODIFIED", partition("node-a", [], plan="x-3", applied="x-2"))
-    assert controller._inflight(cache.view()[2], clock.now) == {"node-a"}, "someone else's plan"
+    assert inflight() == {"node-a"}, "someone else's plan"
+    cache.put("nodepartition", "DELETED", partition("node-a", []))
+    assert inflight() == set()
+    assert "node-a" not in controller.state.settled, "a node that went is forgotten"
 
 
 def test_the_cache_keeps_which_nodes_serve_dra_as_their_reports_come() -> None:

@@ -357,8 +357,27 @@ class _State:
     """Pods handed to DRA whose ungating the cache has not shown yet."""
     dra_told: set[str] = field(default_factory=set)
     """Pods told once that no DRA node offers their profile."""
-    enforce_inputs: object = None
-    """What policy enforcement last looked at (objects by identity, plans in flight)."""
+    view_version: int = 0
+    """Counted up on every tick the cache delivered a Node or NodePartition change."""
+    enforce_dirty: set[str] = field(default_factory=set)
+    """Nodes whose Node or NodePartition changed since enforcement last walked."""
+    enforce_flight: frozenset[str] = frozenset()
+    """The plans in flight when enforcement last walked."""
+    enforce_counter: int | None = None
+    """:attr:`counter` when enforcement last walked (a write since: walk again); None: it
+    has not walked since the policies changed, every node is to look at."""
+    enforce_again: set[str] = field(default_factory=set)
+    """Nodes enforcement must look at on every walk: written to, or with a problem."""
+    enforce_retry: bool = False
+    status_said: dict[str, tuple[object, ...]] = field(default_factory=dict)
+    """Per policy, the policy object, matched nodes and verdict its status was last found
+    right for (compared by identity: the same need no new status)."""
+    """Walk again even if nothing changed (a policy status was written)."""
+    inflight_dirty: set[str] = field(default_factory=set)
+    """Nodes whose NodePartition changed since the in-flight walk."""
+    inflight_walked: bool = False
+    unsettled: set[str] = field(default_factory=set)
+    """Nodes the in-flight walk found not settled: looked at on every walk."""
     enforce_seen: dict[str, tuple[RawObject, NodePartition | None, bool]] = field(
         default_factory=dict)
     """Per node, the Node and NodePartition objects and in-flight flag enforcement last found
@@ -458,10 +477,23 @@ class Controller:
         state = self.state
         inflight: set[str] = set()
         settled = state.settled
-        if len(settled) > len(partitions):  # nodes went: forget them
-            state.settled = settled = {k: v for k, v in settled.items() if k in partitions}
-        for name, partition in partitions.items():
+        # Only nodes whose NodePartition changed, those not settled last time and those this
+        # controller wrote to can be in flight: the others are as the last walk found them.
+        if state.inflight_walked:
+            names = sorted(state.inflight_dirty | state.unsettled | state.written.keys())
+        else:
+            names = sorted(partitions)
+            state.inflight_walked = True
+        state.inflight_dirty = set()
+        for name in names:
+            partition = partitions.get(name)
+            if partition is None:  # gone (or now a DRA node's)
+                settled.pop(name, None)
+                state.unsettled.discard(name)
+                continue
+            state.unsettled.add(name)  # until found settled below
             if settled.get(name) is partition and name not in state.written:
+                state.unsettled.discard(name)
                 continue
             wanted = partition.spec.plan_id
             applied = partition.status.applied_plan_id if partition.status else None
@@ -476,6 +508,7 @@ class Controller:
                 if name in state.inflight_since:
                     del state.inflight_since[name]
                 settled[name] = partition
+                state.unsettled.discard(name)
                 continue
             key = f"{name}/{wanted}"
             if key in state.given_up:
@@ -543,19 +576,18 @@ class Controller:
 
     def tick(self) -> None:
         now = self._clock()
-        pods, nodes, partitions, policies, on_dra = self.cache.loop_view(self.state.node_dirty)
+        pods, nodes, partitions, policies, on_dra = self._loop_view()
         if on_dra:
             # DRA nodes have no layouts to plan: the scheduler allocates there (tessera.
             # controller.dra); the rest of the tick sees only device-plugin nodes and pods.
             pods = self._serve_dra(pods, dra.dra_nodes(nodes, on_dra), on_dra)
             nodes, partitions = _without(on_dra, nodes), _without(on_dra, partitions)
         inflight = self._inflight(partitions, now)
-        # The cache replaces an object on every change: these identities say what changed
-        # since a step last looked (enforcement and scale-up each skip an unchanged view).
-        seen = (tuple(map(id, nodes.values())), tuple(map(id, partitions.values())),
-                tuple(map(id, policies.values())))
-        self._enforce_policies(nodes, partitions, list(policies.values()), inflight, now,
-                               seen=seen)
+        # What changed since a step last looked: the nodes' version (counted up whenever the
+        # cache delivered a Node or NodePartition change) and the policies (few) by identity;
+        # scale-up skips an unchanged view.
+        seen = (self.state.view_version, tuple(map(id, policies.values())))
+        self._enforce_policies(nodes, partitions, list(policies.values()), inflight, now)
         inflight |= set(self.state.written)
         self._forget(pods, now)
         waiting = {k: p for k, p in pods.items()
@@ -573,6 +605,22 @@ class Controller:
         self._release(pods, bound, nodes, partitions,
                       inflight=inflight | set(self.state.written), now=now)
         self._scale_up(waiting, nodes, partitions, list(policies.values()), now, seen=seen)
+
+    def _loop_view(self) -> tuple[dict[str, RawObject], dict[str, RawObject],
+                                  dict[str, NodePartition], dict[str, PartitionPolicy],
+                                  dict[str, NodePartition]]:
+        """The cache's view, and the nodes whose Node or NodePartition changed since the last
+        one handed to each step that keeps its own account (the snapshot, enforcement, the
+        in-flight walk): each then looks only at those."""
+        state = self.state
+        taken: set[str] = set()
+        view = self.cache.loop_view(taken)
+        if taken:
+            state.view_version += 1
+            state.node_dirty |= taken
+            state.enforce_dirty |= taken
+            state.inflight_dirty |= taken
+        return view
 
     def _sort_dra(self, pods: Mapping[str, RawObject],
                   dra_nodes: Sequence[tuple[planner.Node, frozenset[str]]],
@@ -801,33 +849,49 @@ class Controller:
     def _enforce_policies(self, nodes: Mapping[str, RawObject],
                           partitions: Mapping[str, NodePartition],
                           policies: list[PartitionPolicy], inflight: set[str],
-                          now: float, *, seen: object) -> None:
-        # The same objects (``seen``: their identities) and the same plans in flight ask the
-        # same of every node as last time: nothing. At 2,000 nodes the walk below was most of
-        # an idle tick's cost, five ticks a second.
-        inputs = (seen, frozenset(inflight), self.state.counter)
-        if inputs == self.state.enforce_inputs:
-            return
-        self.state.enforce_inputs = inputs
+                          now: float) -> None:
+        # Only nodes whose Node or NodePartition changed (the cache says which), whose plan
+        # went in or out of flight, and those that needed something last time are looked at:
+        # the others ask what they asked (nothing). With the same policies, none of those and
+        # no write since, there is nothing to do. At 2,000 nodes a walk over every node was
+        # most of an idle tick's cost, five ticks a second.
         state = self.state
-        problems: dict[str, str] = {}
         chosen = tuple(policies)
         if len(chosen) != len(state.enforce_chosen) or any(
                 a is not b for a, b in zip(chosen, state.enforce_chosen, strict=True)):
             state.enforce_chosen = chosen
             state.enforce_seen = {}
             state.matched = None
+            state.enforce_counter = None
+        flights = frozenset(inflight)
+        if state.enforce_counter is None:
+            names = set(nodes) | state.enforce_dirty
+        else:
+            moved = flights ^ state.enforce_flight
+            if (not state.enforce_dirty and not moved and not state.enforce_retry
+                    and state.counter == state.enforce_counter):
+                return
+            names = state.enforce_dirty | moved | state.enforce_again
+        state.enforce_dirty = set()
+        state.enforce_flight = flights
+        state.enforce_counter = state.counter
+        state.enforce_retry = False
+        problems: dict[str, str] = {}
         seen_before = state.enforce_seen
         todo: list[tuple[str, RawObject, NodePartition | None, bool]] = []
-        for name, node in nodes.items():
+        for name in sorted(names):
+            node = nodes.get(name)
+            if node is None:
+                continue  # gone: forgotten below
             partition = partitions.get(name)
             flight = name in inflight
             last = seen_before.get(name)
             if (last is not None and last[0] is node and last[1] is partition
                     and last[2] == flight):
+                state.enforce_again.discard(name)
                 continue  # the same objects as when it needed nothing: nothing to do again
             todo.append((name, node, partition, flight))
-        for name, node, partition, flight in sorted(todo, key=lambda item: item[0]):
+        for name, node, partition, flight in todo:
             seen_before.pop(name, None)
             policy = self._policy_of(name, node, chosen)
             policy_name = policy.metadata.name if policy is not None else None
@@ -873,9 +937,15 @@ class Controller:
             spec = NodePartitionSpec(gpus=gpus)
             spec = spec.model_copy(update={"plan_id": plan_id(name, spec, self.state.counter)})
             self._write(name, spec, partition, f"Policy{policy.spec.mode.capitalize()}", now)
+        for name, *_ in todo:  # those that needed nothing are skipped while they stay so
+            if name in seen_before:
+                state.enforce_again.discard(name)
+            else:
+                state.enforce_again.add(name)
         if len(self.state.node_policy) > len(nodes):  # nodes went: forget them
             self.state.node_policy = {k: v for k, v in self.state.node_policy.items()
                                       if k in nodes}
+            state.enforce_again &= nodes.keys()
         if len(state.node_match) > len(nodes):
             # Nodes went (after the walk: every node there is now has its entry, so a node
             # that went while another came is not missed): forget them.
@@ -897,6 +967,13 @@ class Controller:
         for policy in policies:
             name = policy.metadata.name
             problem = problems.get(name)
+            # The same policy object, matched list and verdict as last time need no second
+            # status (at 2,000 nodes, building one to compare was most of a walk's cost).
+            said = (policy, matched[name], problem, reasons.get(name))
+            before = state.status_said.get(name)
+            if before is not None and all(a is b for a, b in zip(before, said, strict=True)):
+                continue
+            state.status_said[name] = said
             status = PartitionPolicyStatus(matched_nodes=list(matched[name]), conditions=[
                 Condition(type="Invalid", status="True" if problem else "False",
                           reason=(reasons.get(name, "LayoutDoesNotFit") if problem
@@ -906,7 +983,8 @@ class Controller:
                           observed_generation=policy.metadata.generation)])
             if comparable(policy.status) != comparable(status):
                 self.writer.policy_status(name, status)
-                self.state.enforce_inputs = None  # look again once the cache shows it
+                self.state.enforce_retry = True  # look again once the cache shows it
+                del state.status_said[name]
 
     def _policy_of(self, name: str, node: RawObject, policies: tuple[PartitionPolicy, ...]
                    ) -> PartitionPolicy | None:
@@ -992,7 +1070,7 @@ class Controller:
     def preview(self) -> planner.Plan:
         """What a plan made now would do, writing nothing (``tessera plan --kubeconfig``): the
         snapshot, the waiting pods and the planner exactly as :meth:`tick` would use them."""
-        pods, nodes, partitions, policies, on_dra = self.cache.loop_view(self.state.node_dirty)
+        pods, nodes, partitions, policies, on_dra = self._loop_view()
         if on_dra:  # as a tick: DRA's pods and nodes are the scheduler's
             pods = self._sort_dra(pods, dra.dra_nodes(nodes, on_dra), on_dra).kept
             nodes, partitions = _without(on_dra, nodes), _without(on_dra, partitions)

@@ -101,8 +101,8 @@ class Gpu:
         """(mask of its slices in use, compute slices in use, compute slices free) of a MIG
         GPU, as its model's geometry counts them; None for another GPU or a model without
         one. Worked out once per object: the controller hands the planner the same objects
-        for GPUs that did not change (``controller.snapshot.SnapshotMemo``), and every plan
-        looks at every GPU's room (:func:`~tessera.core.planner.batch.bounded_batch`)."""
+        for GPUs that did not change (``controller.snapshot.SnapshotBuilder``), and the
+        cluster's room is counted from every GPU's (:mod:`~tessera.core.planner.room`)."""
         if self.mode != "mig":
             return None
         try:
@@ -166,8 +166,8 @@ class Node:
     def mig_room(self) -> tuple[int, int, tuple[tuple[str, int, int], ...]]:
         """(compute slices free, compute slices in use, (model, mask in use, free) of each
         MIG GPU with room) over its MIG GPUs (:attr:`Gpu.mig_room`). Worked out once per
-        object, as the GPUs': an unchanged node is the same object plan after plan, and every
-        plan counts every node's room (:func:`~tessera.core.planner.batch.bounded_batch`)."""
+        object, as the GPUs': an unchanged node is the same object plan after plan, and the
+        cluster's room is kept from every node's (:class:`~tessera.core.planner.RoomTracker`)."""
         free = used = 0
         open_gpus: list[tuple[str, int, int]] = []
         for gpu in self.gpus:
