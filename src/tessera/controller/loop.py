@@ -369,10 +369,10 @@ class _State:
     enforce_again: set[str] = field(default_factory=set)
     """Nodes enforcement must look at on every walk: written to, or with a problem."""
     enforce_retry: bool = False
+    """Walk again even if nothing changed (a policy status was written)."""
     status_said: dict[str, tuple[object, ...]] = field(default_factory=dict)
     """Per policy, the policy object, matched nodes and verdict its status was last found
     right for (compared by identity: the same need no new status)."""
-    """Walk again even if nothing changed (a policy status was written)."""
     inflight_dirty: set[str] = field(default_factory=set)
     """Nodes whose NodePartition changed since the in-flight walk."""
     inflight_walked: bool = False
