@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from tessera.core.errors import InvalidInputError
 from tessera.core.layout import Slice
-from tessera.core.planner import AssignedSlice, plan, plan_to_dict
+from tessera.core.planner import AssignedSlice, fast, plan, plan_to_dict
 from tessera.core.planner.parse import parse_cluster, parse_pending
+from tessera.core.planner.synthetic import synthetic_cluster, synthetic_pods
 from tests.core.planner.cases import gpu, pod, run
 
 SOLVERS = ["fast", "exact"]
@@ -294,3 +297,21 @@ class TestContract:
         unplaced = data["unplaced"]
         assert isinstance(unplaced, list)
         assert [u["pod"] for u in unplaced] == ["default/p9"]
+
+
+def test_offers_kept_between_plans_give_the_plan_worked_out_afresh() -> None:
+    """MIG offers and fragmentation are kept between plans (a fleet's GPUs repeat a few
+    states): a plan made with them is the plan made with none kept, whatever the demand mix."""
+    rng = random.Random(5)
+    snapshot = synthetic_cluster(rng, 40, gpus_per_node=8, split=0.5, in_use=0.5,
+                                 standard=True)
+    pods = synthetic_pods(rng, 200, multi=0.1, priorities=(0, 10))
+    mixes = [None, {"nvidia.com/mig-1g.10gb": 3.0, "nvidia.com/mig-7g.80gb": 1.0}]
+    warm = []
+    for mix in mixes:  # the first plan fills the kept offers the second then reads
+        warm.append(plan(snapshot, pods, recent_demand=mix))
+    assert fast._SHARED_OFFERS, "offers were kept"
+    for mix, kept in zip(mixes, warm, strict=True):
+        fast._SHARED_OFFERS.clear()
+        fast._SHARED_FRAG.clear()
+        assert plan(snapshot, pods, recent_demand=mix) == kept
