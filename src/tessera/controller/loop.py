@@ -399,12 +399,13 @@ class _State:
                                  PartitionPolicy | None]] = field(default_factory=dict)
     """Per node, the node object and policies its policy was matched from, and the match."""
     dra_inputs: object = None
+    """What the last curation was computed from (the DRA partitions by identity, exemptions)."""
     dra_stuck: dict[str, float] = field(default_factory=dict)
     """DRA pods asking MPS shares the scheduler turned down: when first seen so."""
     dra_requeued_at: float | None = None
+    """When the shares' DeviceClass was last touched."""
     dra_requeue_wait: float | None = None
     """How long after the last touch the next may come (doubles while pods stay down)."""
-    """What the last curation was computed from (the DRA partitions by identity, exemptions)."""
     unplaced: dict[str, float] = field(default_factory=dict)
     """Pods the last plan that considered them could not place (the scale-up demand), with
     when (wall clock) they were first found so."""

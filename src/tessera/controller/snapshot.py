@@ -184,12 +184,12 @@ class SnapshotBuilder:
     times. The caller names the nodes whose Node, NodePartition, written spec or change times
     changed (``dirty``: the cache's record of what its watches delivered, and the
     controller's own writes); this compares the rest itself (the in-flight set, the claims,
-    the policies by identity). It builds exactly what :func:`build_snapshot` builds from the
-    same inputs (tests/controller/test_snapshot.py checks so over random changes)."""
+    the policies by identity). What it builds after any changes is what a fresh one
+    (:func:`build_snapshot`) builds from the same inputs (tests/controller/test_snapshot.py
+    checks so over random changes)."""
 
     def __init__(self) -> None:
         self._views: dict[str, Node | None] = {}
-        self._order: list[str] = []
         self._nodes: tuple[Node, ...] = ()
         self._policies: tuple[PartitionPolicy, ...] | None = None
         self._frozen: frozenset[str] = frozenset()
@@ -270,8 +270,7 @@ class SnapshotBuilder:
                 else:
                     self._with_gpus.discard(name)
         if reordered:
-            self._order = sorted(self._views)
-            self._list = [view for view in map(self._views.__getitem__, self._order)
+            self._list = [view for view in map(self._views.__getitem__, sorted(self._views))
                           if view is not None]
             self._position = {view.name: i for i, view in enumerate(self._list)}
         else:
@@ -292,7 +291,8 @@ def build_snapshot(
     now: float | None = None,
     specs: Mapping[str, NodePartitionSpec] | None = None,
 ) -> Snapshot:
-    """``claimed[node][resource]``: units held by pods bound or pinned to the node.
+    """The planner's view built once, with nothing kept (a fresh :class:`SnapshotBuilder`).
+    ``claimed[node][resource]``: units held by pods bound or pinned to the node.
 
     ``frozen`` nodes (a plan is in flight there) take part as *static*, each GPU the plan
     names shown as the plan's target layout (``specs``: what the controller wrote last, which
@@ -302,21 +302,10 @@ def build_snapshot(
     this did, hid a node from every plan while any one of its GPUs reconfigured: the
     simulator, driving this controller, showed multi-GPU pods starving behind it.
     """
-    skip = set(frozen)
-    specs = specs or {}
-    last_change = last_change or {}
-    planned: list[Node] = []
-    chosen = tuple(policies)
-    for raw in sorted(nodes, key=lambda n: n.get("metadata", {}).get("name", "")):
-        name = raw.get("metadata", {}).get("name", "")
-        partition = partitions.get(name)
-        in_flight = name in skip
-        spec = (specs.get(name) or (partition.spec if partition else None)) if in_flight else None
-        view = _view(raw, partition, chosen, claimed, in_flight=in_flight, spec=spec,
-                     last_change=last_change)
-        if view is not None:
-            planned.append(view)
-    return Snapshot(nodes=tuple(planned), now=now)
+    by_name = {raw.get("metadata", {}).get("name", ""): raw for raw in nodes}
+    return SnapshotBuilder().build(by_name, partitions, policies, claimed, dirty=(),
+                                   frozen=frozen, last_change=last_change, now=now,
+                                   specs=specs)
 
 
 def _view(raw: RawNode, partition: NodePartition | None, policies: Sequence[PartitionPolicy],
