@@ -879,7 +879,6 @@ class Controller:
         state.enforce_retry = False
         problems: dict[str, str] = {}
         seen_before = state.enforce_seen
-        todo: list[tuple[str, RawObject, NodePartition | None, bool]] = []
         for name in sorted(names):
             node = nodes.get(name)
             if node is None:
@@ -887,61 +886,16 @@ class Controller:
             partition = partitions.get(name)
             flight = name in inflight
             last = seen_before.get(name)
+            # One that needs nothing is skipped while its objects stay the same; the others
+            # (written to, with a problem) are looked at on every walk.
             if (last is not None and last[0] is node and last[1] is partition
-                    and last[2] == flight):
-                state.enforce_again.discard(name)
-                continue  # the same objects as when it needed nothing: nothing to do again
-            todo.append((name, node, partition, flight))
-        for name, node, partition, flight in todo:
-            seen_before.pop(name, None)
-            policy = self._policy_of(name, node, chosen)
-            policy_name = policy.metadata.name if policy is not None else None
-            if name not in state.node_match or state.node_match[name] != policy_name:
-                state.node_match[name] = policy_name
-                state.matched = None
-            if policy is None or partition is None or flight:
+                    and last[2] == flight) or self._enforce_node(
+                        name, node, partition, flight=flight, chosen=chosen,
+                        problems=problems, now=now):
                 seen_before[name] = (node, partition, flight)
-                continue
-            enforced = self.state.enforced.get(name)
-            if enforced is not None and enforced[0] is policy and enforced[1] is partition:
-                seen_before[name] = (node, partition, flight)
-                continue
-            try:
-                wanted = policy_gpu_specs(policy, partition)
-            except InvalidInputError as exc:
-                problems[policy.metadata.name] = f"node {name}: {exc}"
-                continue
-            if wanted is None:
-                self.state.enforced[name] = (policy, partition)
-                seen_before[name] = (node, partition, flight)
-                continue
-            current = list(partition.spec.gpus)
-            if policy.spec.mode == "dynamic":
-                # Only cards not yet in MIG mode need a word before planning; the planner's
-                # own writes name the MIG cards it changes.
-                named = {g.index for g in current}
-                whole = {o.index for o in partition.status.gpus if o.mode != "mig"} if (
-                    partition.status) else set()
-                missing = [g for g in wanted if g.index not in named and g.index in whole]
-                if not missing:
-                    self.state.enforced[name] = (policy, partition)
-                    seen_before[name] = (node, partition, flight)
-                    continue
-                gpus = sorted([*current, *missing], key=lambda g: g.index or 0)
-            else:
-                if [g.to_wire() for g in current] == [g.to_wire() for g in wanted]:
-                    self.state.enforced[name] = (policy, partition)
-                    seen_before[name] = (node, partition, flight)
-                    continue
-                gpus = wanted
-            self.state.counter += 1
-            spec = NodePartitionSpec(gpus=gpus)
-            spec = spec.model_copy(update={"plan_id": plan_id(name, spec, self.state.counter)})
-            self._write(name, spec, partition, f"Policy{policy.spec.mode.capitalize()}", now)
-        for name, *_ in todo:  # those that needed nothing are skipped while they stay so
-            if name in seen_before:
                 state.enforce_again.discard(name)
             else:
+                seen_before.pop(name, None)
                 state.enforce_again.add(name)
         if len(self.state.node_policy) > len(nodes):  # nodes went: forget them
             self.state.node_policy = {k: v for k, v in self.state.node_policy.items()
@@ -986,6 +940,53 @@ class Controller:
                 self.writer.policy_status(name, status)
                 self.state.enforce_retry = True  # look again once the cache shows it
                 del state.status_said[name]
+
+    def _enforce_node(self, name: str, node: RawObject, partition: NodePartition | None, *,
+                      flight: bool, chosen: tuple[PartitionPolicy, ...],
+                      problems: dict[str, str], now: float) -> bool:
+        """Ask of one node what its policy wants (a spec write), noting which policy selects
+        it and any problem; True when it needs nothing."""
+        state = self.state
+        policy = self._policy_of(name, node, chosen)
+        policy_name = policy.metadata.name if policy is not None else None
+        if name not in state.node_match or state.node_match[name] != policy_name:
+            state.node_match[name] = policy_name
+            state.matched = None
+        if policy is None or partition is None or flight:
+            return True
+        enforced = state.enforced.get(name)
+        if enforced is not None and enforced[0] is policy and enforced[1] is partition:
+            return True
+        try:
+            wanted = policy_gpu_specs(policy, partition)
+        except InvalidInputError as exc:
+            problems[policy.metadata.name] = f"node {name}: {exc}"
+            return False
+        if wanted is None:
+            state.enforced[name] = (policy, partition)
+            return True
+        current = list(partition.spec.gpus)
+        if policy.spec.mode == "dynamic":
+            # Only cards not yet in MIG mode need a word before planning; the planner's own
+            # writes name the MIG cards it changes.
+            named = {g.index for g in current}
+            whole = {o.index for o in partition.status.gpus if o.mode != "mig"} if (
+                partition.status) else set()
+            missing = [g for g in wanted if g.index not in named and g.index in whole]
+            if not missing:
+                state.enforced[name] = (policy, partition)
+                return True
+            gpus = sorted([*current, *missing], key=lambda g: g.index or 0)
+        else:
+            if [g.to_wire() for g in current] == [g.to_wire() for g in wanted]:
+                state.enforced[name] = (policy, partition)
+                return True
+            gpus = wanted
+        state.counter += 1
+        spec = NodePartitionSpec(gpus=gpus)
+        spec = spec.model_copy(update={"plan_id": plan_id(name, spec, state.counter)})
+        self._write(name, spec, partition, f"Policy{policy.spec.mode.capitalize()}", now)
+        return False
 
     def _policy_of(self, name: str, node: RawObject, policies: tuple[PartitionPolicy, ...]
                    ) -> PartitionPolicy | None:
