@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from typing import Literal, Protocol, TypeVar
 
 from tessera.core import _mig_table
@@ -270,13 +270,13 @@ class GpuModel:
         """Ampere resets the GPU to switch MIG mode (and keeps it over reboots); Hopper does not."""
         return self.architecture == "ampere"
 
-    @property
+    @cached_property
     def full_profile(self) -> MigProfile:
         """The plain profile that spans the whole card; its engines are the card's engine budget
         (a ``+gfx`` twin of the same size owns the same engines and is not preferred)."""
         return max(self.profiles, key=lambda p: (p.memory_slices, p.compute_slices, p.plain))
 
-    @property
+    @cached_property
     def engine_budget(self) -> Engines:
         return self.full_profile.engines
 

@@ -39,7 +39,7 @@ from tessera.core.catalogue import is_gpu_share
 from tessera.core.layout import Slice
 from tessera.core.planner.geometry import Geometry, bits, geometry_of
 from tessera.core.planner.model import MPS_SHARE_RESOURCE, WHOLE_GPU_RESOURCE
-from tessera.core.planner.problem import PodInfo, Problem, profile_for, resource_size
+from tessera.core.planner.problem import GpuInfo, PodInfo, Problem, profile_for, resource_size
 from tessera.core.planner.reserve import DEFAULT_RESERVATIONS, reserve
 from tessera.core.planner.result import GpuOutcome, Outcome, Unit
 
@@ -63,6 +63,11 @@ class _Option:
     take: Slice | None
     next: int
     """The GPU's state id afterwards."""
+
+
+_UNKNOWN = _Option(_ZERO, None, -1)
+"""An offer not worked out yet (None is a known answer: no offer)."""
+
 
 
 _SHARED_LIMIT = 1 << 15
@@ -92,7 +97,21 @@ class _States:
         self.keys: list[_Key] = []
         self._ids: dict[_Key, int] = {}
         self._offers: dict[tuple[int, str], _Option | None] = {}
+        self.known_offers = self._offers
+        """The offers worked out so far, for loops that look them up many times."""
         self._capacity: dict[tuple[int, str], int] = {}
+        self._entries: dict[tuple[int, tuple[str, ...]], tuple[tuple[str, Cost], ...]] = {}
+
+    def entries(self, sid: int, offered: tuple[str, ...]) -> tuple[tuple[str, Cost], ...]:
+        """(resource, cost) for each of ``offered`` a GPU in state ``sid`` can give a unit
+        of: its heap entries, the same for every GPU in that state."""
+        memo_key = (sid, offered)
+        found = self._entries.get(memo_key)
+        if found is None:
+            found = self._entries[memo_key] = tuple(
+                (resource, option.cost) for resource in offered
+                if (option := self.offer(sid, resource)) is not None)
+        return found
 
     def intern(self, key: _Key) -> int:
         found = self._ids.get(key)
@@ -113,8 +132,9 @@ class _States:
 
     def offer(self, sid: int, resource: str) -> _Option | None:
         memo_key = (sid, resource)
-        if memo_key in self._offers:
-            return self._offers[memo_key]
+        found = self._offers.get(memo_key, _UNKNOWN)
+        if found is not _UNKNOWN:
+            return found
         key = self.keys[sid]
         option: _Option | None = None
         if key[0] == "none":
@@ -268,6 +288,19 @@ def _largest(demand: tuple[tuple[str, int], ...]) -> float:
     return max(resource_size(r) for r, _ in demand)
 
 
+def _state_key(info: GpuInfo) -> _Key:
+    """A GPU's state as the snapshot has it (see :class:`_States`)."""
+    gpu = info.gpu
+    if gpu.mode == "none":
+        return ("none", not gpu.in_use)
+    if gpu.mode == "mps":
+        return ("mps", gpu.shares - gpu.shares_in_use, gpu.share_resource)
+    geometry = geometry_of(info.model_name)
+    locked = geometry.to_mask(info.in_use)
+    return ("mig", info.model_name, locked, geometry.to_mask(info.current) & ~locked, False,
+            not info.current, info.frozen_reason is not None, info.allowed)
+
+
 _Evaluation = tuple[Cost, tuple[tuple[int, str, Slice | None], ...], tuple[int, ...]]
 
 
@@ -291,25 +324,25 @@ class _Search:
         self.position = -1
         """The pod being placed: GPUs reserved by an earlier pod are closed to it."""
         self.sid: list[int] = []
-        masks: dict[tuple[str, frozenset[Slice]], int] = {}
+        wanted = sorted({r for p in problem.pods for r, _ in p.demand})
+        self.offers_by_gpu: list[tuple[str, ...]] = []
+        """The resources each GPU could ever give (of those some pod asks for)."""
+        # A GPU's state and what it could offer follow from a few facts that fleets repeat
+        # (the layout sets are shared between GPUs with the same layout): work out each once.
+        known: dict[tuple[object, ...], tuple[int, tuple[str, ...]]] = {}
         for info in problem.gpus:
             gpu = info.gpu
-            if gpu.mode == "none":
-                key: _Key = ("none", not gpu.in_use)
-            elif gpu.mode == "mps":
-                key = ("mps", gpu.shares - gpu.shares_in_use, gpu.share_resource)
+            if gpu.mode == "mig":
+                facts: tuple[object, ...] = (info.model_name, info.in_use, info.current,
+                                             info.frozen_reason is None, info.allowed)
             else:
-                geometry = geometry_of(info.model_name)
-                name = info.model_name
-                locked = masks.get((name, info.in_use))
-                if locked is None:
-                    locked = masks[(name, info.in_use)] = geometry.to_mask(info.in_use)
-                everything = masks.get((name, info.current))
-                if everything is None:
-                    everything = masks[(name, info.current)] = geometry.to_mask(info.current)
-                key = ("mig", name, locked, everything & ~locked, False, not info.current,
-                       info.frozen_reason is not None, info.allowed)
-            self.sid.append(self.states.intern(key))
+                facts = (gpu.mode, gpu.in_use, gpu.shares, gpu.shares_in_use, gpu.share_resource)
+            found = known.get(facts)
+            if found is None:
+                found = known[facts] = (self.states.intern(_state_key(info)),
+                                        tuple(r for r in wanted if info.offers(r)))
+            self.sid.append(found[0])
+            self.offers_by_gpu.append(found[1])
         self.initial = tuple(self.sid)
         """Each GPU's state in the snapshot, which a repair repacks a node from."""
         self.assignments: dict[int, tuple[int, Sequence[Unit]]] = {}
@@ -325,31 +358,13 @@ class _Search:
         for class_id, members in enumerate(problem.classes):
             for n in members:
                 self.node_class[n] = class_id
-        wanted = sorted({r for p in problem.pods for r, _ in p.demand})
-        # What a GPU can offer depends on a few facts that fleets repeat; work it out once each.
-        offers: dict[tuple[object, ...], tuple[str, ...]] = {}
-        self.offers_by_gpu: list[tuple[str, ...]] = []
-        for info in problem.gpus:
-            facts = (info.gpu.mode, info.model_name, info.free_profiles,
-                     info.frozen_reason is None, info.allowed)
-            found = offers.get(facts)
-            if found is None:
-                found = offers[facts] = tuple(r for r in wanted if info.offers(r))
-            self.offers_by_gpu.append(found)
         self.heaps: dict[tuple[int, str], list[tuple[Cost, int, int]]] = {}
-        # GPUs in the same state with the same offerable resources get the same entries.
-        entries: dict[tuple[int, int], list[tuple[str, Cost]]] = {}
+        entries = self.states.entries
         for info in problem.gpus:
-            offered = self.offers_by_gpu[info.gid]
-            sid = self.sid[info.gid]
-            known = entries.get((sid, id(offered)))
-            if known is None:
-                known = entries[(sid, id(offered))] = [
-                    (resource, option.cost) for resource in offered
-                    if (option := self.states.offer(sid, resource)) is not None]
+            gid = info.gid
             class_id = self.node_class[info.node]
-            for resource, cost in known:
-                self.heaps.setdefault((class_id, resource), []).append((cost, info.gid, 0))
+            for resource, cost in entries(self.sid[gid], self.offers_by_gpu[gid]):
+                self.heaps.setdefault((class_id, resource), []).append((cost, gid, 0))
         for heap in self.heaps.values():
             heapq.heapify(heap)
         self.evaluations: dict[tuple[tuple[str, ...], tuple[int, ...]], _Evaluation | None] = {}
@@ -407,11 +422,10 @@ class _Search:
         self.sid[gid] = sid
         self.version[gid] += 1
         class_id = self.node_class[self.problem.gpus[gid].node]
-        for resource in self.offers_by_gpu[gid]:
-            option = self.states.offer(sid, resource)
-            if option is not None:
-                heapq.heappush(self.heaps.setdefault((class_id, resource), []),
-                               (option.cost, gid, self.version[gid]))
+        version = self.version[gid]
+        for resource, cost in self.states.entries(sid, self.offers_by_gpu[gid]):
+            heapq.heappush(self.heaps.setdefault((class_id, resource), []),
+                           (cost, gid, version))
 
     def _best_entries(self, pod: PodInfo, resource: str, wanted: int
                       ) -> list[tuple[Cost, int]]:
@@ -462,14 +476,18 @@ class _Search:
         need: dict[str, int] = {}
         for resource in units:
             need[resource] = need.get(resource, 0) + 1
-        if all(sum(self.states.capacity(s, r) for s in sig) >= n for r, n in need.items()):
+        capacity = self.states.capacity
+        if all(sum([capacity(s, r) for s in sig]) >= n for r, n in need.items()):
             states = list(sig)
             total = _ZERO
             taken: list[tuple[int, str, Slice | None]] = []
+            known, offer = self.states.known_offers, self.states.offer
             for resource in units:
                 best: tuple[Cost, int, _Option] | None = None
                 for position, sid in enumerate(states):
-                    option = self.states.offer(sid, resource)
+                    option = known.get((sid, resource), _UNKNOWN)
+                    if option is _UNKNOWN:
+                        option = offer(sid, resource)
                     if option is not None and (best is None or (option.cost, position) < best[:2]):
                         best = (option.cost, position, option)
                 if best is None:

@@ -103,7 +103,8 @@ class PodInfo:
     pod: PendingPod
     demand: tuple[tuple[str, int], ...]
     eligible: tuple[int, ...]
-    """Node positions (into :attr:`Problem.nodes`) that pass nodeSelector, affinity and taints."""
+    """Node positions (into :attr:`Problem.nodes`), in order, that pass nodeSelector, affinity
+    and taints."""
     rejections: Mapping[str, int]
     """How many nodes each filter rejected, for the unplaced reason."""
     classes: tuple[int, ...]

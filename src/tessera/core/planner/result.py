@@ -8,6 +8,7 @@ The reason for an unplaced pod is worked out from the final state, naming what b
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -100,22 +101,22 @@ def _targets(problem: Problem, outcome: Outcome) -> list[GpuTarget]:
 
 
 def _placement(problem: Problem, node: int, units: Sequence[Unit], pod: PodInfo) -> PodPlacement:
-    shares: Counter[tuple[int, str]] = Counter()
+    shares: dict[tuple[int, str], int] = {}
     items: list[AssignedSlice] = []
-    given: Counter[str] = Counter()
+    given: dict[str, int] = {}
     for gid, resource, item in units:
         info = problem.gpus[gid]
         if info.node != node:
             raise PlannerBug(f"{pod.pod.key}: units on more than one node")
-        given[resource] += 1
+        given[resource] = given.get(resource, 0) + 1
         if is_gpu_share(resource):
-            shares[(info.gpu.index, resource)] += 1
+            shares[(info.gpu.index, resource)] = shares.get((info.gpu.index, resource), 0) + 1
         elif item is not None:
             items.append(AssignedSlice(info.gpu.index, resource, item.profile, item.start))
         else:
             items.append(AssignedSlice(info.gpu.index, resource))
     items.extend(AssignedSlice(i, r, count=c) for (i, r), c in shares.items())
-    if dict(given) != dict(pod.demand):
+    if given != dict(pod.demand):
         raise PlannerBug(f"{pod.pod.key}: got {dict(given)}, asked {dict(pod.demand)}")
     return PodPlacement(pod.pod.key, problem.nodes[node].name, tuple(sorted(items)))
 
@@ -129,7 +130,8 @@ def assemble(problem: Problem, outcome: Outcome, solver: str) -> Plan:
     for position, (node, units) in outcome.assignments.items():
         pod = problem.pods[position]
         placements.append(_placement(problem, node, units, pod))
-        if node not in pod.eligible:
+        at = bisect_left(pod.eligible, node)  # sorted: a cluster's worth of nodes
+        if at == len(pod.eligible) or pod.eligible[at] != node:
             raise PlannerBug(f"{pod.pod.key}: placed on a node its filters reject")
         node_cpu, node_memory = cpu[node], memory[node]
         if node_cpu is not None:
