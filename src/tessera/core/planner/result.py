@@ -220,38 +220,70 @@ def _survey(
     *,
     resource: str,
     fitting: Sequence[int],
-    pod: PodInfo,
     memo: dict[tuple[object, ...], object],
     position: int = -1,
 ) -> _Survey:
     """Over the nodes a pod could use: why GPUs have no ``resource`` left, spare GPUs per node.
 
-    Memoised per (resource, node filters, CPU and memory asked), which is what every pod with
-    that resource and those filters shares: an oversubscribed cluster has thousands of
-    unplaced pods but few such keys, and each survey walks every GPU.
+    Memoised per (resource, the nodes surveyed, the reservations that bar the pod), which is
+    all the survey depends on, and each node's part once per resource (:func:`_node_survey`):
+    an oversubscribed cluster has thousands of unplaced pods, of many CPU and memory sizes,
+    whose surveys walk the same GPUs.
     """
     holders = tuple(sorted({o for o in outcome.reserved.values() if o < position}))
-    key = ("survey", resource, pod.classes, pod.pod.cpu_milli, pod.pod.memory_mib, holders)
+    key = ("survey", resource, tuple(fitting), holders)
     found = memo.get(key)
     if found is None:
         blocked: Counter[str] = Counter()
         spare_by_node: Counter[int] = Counter()
         for n in fitting:
-            for g in problem.node_gpus[n]:
-                info = problem.gpus[g]
-                if not _could_offer(info, resource):
-                    continue
-                owner = outcome.reserved.get(g)
-                if owner is not None and owner < position:
+            reasons, spare, reserved = _node_survey(problem, outcome, resource, n, memo)
+            for why, count in reasons:
+                blocked[why] += count
+            for g in reserved:
+                owner = outcome.reserved[g]
+                if owner < position:
                     blocked[f"GPUs held for {problem.pods[owner].pod.key}, which waits for "
                             "them (it came first)"] += 1
                     continue
-                why = _why_not(info, outcome.gpus[g], resource, memo)
-                if why is None:
-                    spare_by_node[n] += 1
+                verdict = _why_not(problem.gpus[g], outcome.gpus[g], resource, memo)
+                if verdict is None:
+                    spare += 1
                 else:
-                    blocked[why] += 1
+                    blocked[verdict] += 1
+            if spare:
+                spare_by_node[n] += spare
         found = memo[key] = (blocked, spare_by_node)
+    return found  # type: ignore[return-value]
+
+
+_NodeSurvey = tuple[tuple[tuple[str, int], ...], int, tuple[int, ...]]
+
+
+def _node_survey(problem: Problem, outcome: Outcome, resource: str, node: int,
+                 memo: dict[tuple[object, ...], object]) -> _NodeSurvey:
+    """One node's GPUs that could ever offer ``resource``: (why the unreserved ones have none
+    left, how many GPUs each; how many have one to spare; the reserved ones, which depend on
+    the pod asking)."""
+    key = ("node", resource, node)
+    found = memo.get(key)
+    if found is None:
+        reasons: dict[str, int] = {}
+        spare = 0
+        reserved = []
+        for g in problem.node_gpus[node]:
+            info = problem.gpus[g]
+            if not _could_offer(info, resource):
+                continue
+            if g in outcome.reserved:
+                reserved.append(g)
+                continue
+            why = _why_not(info, outcome.gpus[g], resource, memo)
+            if why is None:
+                spare += 1
+            else:
+                reasons[why] = reasons.get(why, 0) + 1
+        found = memo[key] = (tuple(reasons.items()), spare, tuple(reserved))
     return found  # type: ignore[return-value]
 
 
@@ -291,7 +323,7 @@ def explain(
     wants = ", ".join(f"{count} x {_short(r)}" for r, count in pod.demand)
     for resource, count in pod.demand:
         blocked, spare_by_node = _survey(problem, outcome, resource=resource, fitting=fitting,
-                                         pod=pod, memo=memo, position=position)
+                                         memo=memo, position=position)
         if spare_by_node and count <= max(spare_by_node.values()) and len(pod.demand) == 1:
             break
         if not spare_by_node or count > max(spare_by_node.values()):
