@@ -91,6 +91,20 @@ def reserve(problem: Problem, position: int, taken: Collection[int]) -> tuple[in
     pod = problem.pods[position]
     units = [r for r, c in pod.demand for _ in range(c)]
     best: tuple[float, int, tuple[int, ...]] | None = None
+    known: dict[tuple[object, ...], float | None] = {}
+
+    def cost_of(g: int, resource: str) -> float | None:
+        # A cluster's GPUs repeat a few layouts: each distinct one is weighed once.
+        info = problem.gpus[g]
+        gpu = info.gpu
+        key = (resource, info.model_name, gpu.mode, info.in_use, info.free_profiles,
+               info.frozen_reason is None, info.allowed, gpu.in_use, gpu.shares,
+               gpu.shares_in_use, gpu.share_resource)
+        found = known.get(key, _UNKNOWN)
+        if found == _UNKNOWN:
+            found = known[key] = blocking(info, resource)
+        return found
+
     for node in pod.eligible:
         free = [g for g in problem.node_gpus[node] if g not in taken]
         load: dict[int, float] = {}
@@ -99,7 +113,7 @@ def reserve(problem: Problem, position: int, taken: Collection[int]) -> tuple[in
             share = _share(resource)
             options = [(cost, g) for g in free
                        if load.get(g, 0.0) + share <= 1.0 + 1e-9
-                       and (cost := blocking(problem.gpus[g], resource)) is not None]
+                       and (cost := cost_of(g, resource)) is not None]
             if not options:
                 break
             cost, gid = min(options)
@@ -109,6 +123,10 @@ def reserve(problem: Problem, position: int, taken: Collection[int]) -> tuple[in
             if best is None or (total, node) < best[:2]:
                 best = (total, node, tuple(sorted(load)))
     return () if best is None else best[2]
+
+
+_UNKNOWN = -1.0
+"""Not weighed yet (:func:`blocking` is never negative)."""
 
 
 def _share(resource: str) -> float:
