@@ -304,9 +304,10 @@ def explain(
     if not pod.eligible:
         parts = ", ".join(f"{count} by {why}" for why, count in sorted(pod.rejections.items()))
         return f"no node passes the pod's filters ({parts or 'the cluster has no nodes'})"
-    eligible_gpus = [g for n in pod.eligible for g in problem.node_gpus[n]]
     for resource, _ in pod.demand:
-        if not any(problem.gpus[g].offers(resource) for g in eligible_gpus):
+        if not any(problem.gpus[g].offers(resource)
+                   for n in pod.eligible for g in problem.node_gpus[n]):
+            eligible_gpus = [g for n in pod.eligible for g in problem.node_gpus[n]]
             models = sorted({problem.gpus[g].model_name for g in eligible_gpus})
             anywhere = any(problem.gpus[g].offers(resource) for g in range(len(problem.gpus)))
             where = "no node's" if not anywhere else "no eligible node's"
