@@ -33,6 +33,7 @@ from tessera.testing.cluster._cluster import (
     free_ports,
     write_kubeconfig,
 )
+from tessera.testing.cluster._excerpts import log_excerpts
 from tessera.testing.cluster._process import Process, listening_ports, live, pid_alive
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "free_ports",
     "listening_ports",
     "live",
+    "log_excerpts",
     "pid_alive",
     "write_kubeconfig",
 ]
