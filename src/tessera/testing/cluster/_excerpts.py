@@ -41,8 +41,8 @@ def log_excerpts(root: Path, since: float, *, problems: int = 8, tail: int = 6,
             lines = path.read_text(errors="replace").splitlines()
         except OSError:
             continue
-        shown = {i for i, line in enumerate(lines) if _PROBLEM.search(line)}
-        shown = set(sorted(shown)[-problems:]) if problems else set()
+        found = [i for i, line in enumerate(lines) if _PROBLEM.search(line)]  # in order
+        shown = set(found[-problems:]) if problems else set()
         if _ours(path):
             shown.update(range(max(0, len(lines) - tail), len(lines)))
         if shown:
