@@ -11,6 +11,7 @@ no class's max wait over 1.5x greedy's.
     .venv/bin/python bench/simulate/objective_bench.py                       # reservations 1
     .venv/bin/python bench/simulate/objective_bench.py --reservations 0,1,2 --sizes 64,128
     .venv/bin/python bench/simulate/objective_bench.py --batches 0.5/3,5/5  # controller batching
+    .venv/bin/python bench/simulate/objective_bench.py --seeds 1,2,3  # seed-to-seed spread
 
 ``dynamic`` is the controller itself (:mod:`tessera.sim.dynamic`); ``--batches`` sets its
 batch window (idle/max seconds; the controller's defaults are 0.5/3).
@@ -35,16 +36,16 @@ TRACES = ("default", "gpushare40", "gpushare100")
 LOADS = (1.0, 1.3)
 SEED = 1
 MODEL = "A100-80GB"
-Case = tuple[str, int, float, int, str]
+Case = tuple[str, int, float, int, str, int]
 
 
 def run(case: Case, traces: Path) -> tuple[Case, dict[str, dict[str, Any]]]:
-    trace, gpus, load, reservations, batch = case
+    trace, gpus, load, reservations, batch, seed = case
     idle, most = (float(x) for x in batch.split("/"))
     cluster = shorthand(gpus // 8, 8, MODEL)
     rows = load_trace(traces / f"openb_pod_list_{trace}.csv")
     jobs, window = poisson(rows, cluster.main_model, capacity=cluster.capacity, load=load,
-                           seed=SEED)
+                           seed=seed)
     out: dict[str, dict[str, Any]] = {}
     dynamic = DynamicPolicy(cluster, reservations=reservations, batch_idle=idle, batch_max=most)
     for name, policy in (("dynamic", dynamic),
@@ -68,13 +69,19 @@ def main() -> int:
                         help="comma-separated controller batch windows, IDLE/MAX seconds")
     parser.add_argument("--traces-only", default=",".join(TRACES), dest="only",
                         help="comma-separated traces to run")
+    parser.add_argument("--seeds", default=str(SEED),
+                        help="comma-separated arrival seeds (each is a case of its own)")
+    parser.add_argument("--loads", default=",".join(str(x) for x in LOADS),
+                        help="comma-separated offered loads")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     bounds = [int(b) for b in args.reservations.split(",")]
     sizes = [int(s) for s in args.sizes.split(",")]
     batches = args.batches.split(",")
-    cases = [(t, g, load, b, w) for w in batches for b in bounds for g in sizes
-             for t in args.only.split(",") for load in LOADS]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    loads = [float(x) for x in args.loads.split(",")]
+    cases = [(t, g, load, b, w, seed) for w in batches for b in bounds for g in sizes
+             for t in args.only.split(",") for load in loads for seed in seeds]
     began = time.perf_counter()
     results: dict[tuple[int, str], list[tuple[Case, dict[str, dict[str, Any]]]]] = {
         (b, w): [] for b in bounds for w in batches}
@@ -86,7 +93,8 @@ def main() -> int:
             worst = max((d["classes"][c] / max(g["classes"].get(c, 1.0), 1.0), c)
                         for c in d["classes"])
             results[(case[3], case[4])].append((case, out))
-            print(f"| {case[4]} | {case[3]} | {case[0]} {case[1]} GPUs {case[2]:.0%} | "
+            seed = f" seed {case[5]}" if len(seeds) > 1 else ""
+            print(f"| {case[4]} | {case[3]} | {case[0]} {case[1]} GPUs {case[2]:.0%}{seed} | "
                   f"{d['served']:.4f} | "
                   f"{g['served']:.4f} | {100 * (d['served'] - g['served']):+.2f} | "
                   f"{d['placed']}/{g['placed']} | {d['p95'] / max(g['p95'], 1.0):.2f} | "
