@@ -1,12 +1,12 @@
 """The planner's objective against first fit, case by case: dynamic vs greedy on the grid.
 
 For each case of the simulation grid (openb traces x cluster sizes x loads, Poisson arrivals,
-seed 1) and each reservation bound given, runs ``dynamic`` (Tessera's planner) and
-``greedy`` (nos-style first fit) side by side and prints, per case: compute served by each
-(and the difference in points), p95 wait ratio, and the size class whose longest wait grew
-most against greedy's. Then a PASS/MISS line per target of issue #13 that this can check:
-served >= greedy - 0.5 point on every case, >= 1 point more on average, p95 <= greedy's,
-no class's max wait over 1.5x greedy's.
+seed 1 unless ``--seeds`` names others: each seed is a case of its own) and each reservation
+bound given, runs ``dynamic`` (Tessera's planner) and ``greedy`` (nos-style first fit) side by
+side and prints, per case: compute served by each (and the difference in points), p95 wait
+ratio, and the size class whose longest wait grew most against greedy's. Then a PASS/MISS line
+per target of issue #13 that this can check: served >= greedy - 0.5 point on every case,
+>= 1 point more on average, p95 <= greedy's, no class's max wait over 1.5x greedy's.
 
     .venv/bin/python bench/simulate/objective_bench.py                       # reservations 1
     .venv/bin/python bench/simulate/objective_bench.py --reservations 0,1,2 --sizes 64,128
@@ -22,9 +22,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tessera.sim.cluster import shorthand
 from tessera.sim.dynamic import DynamicPolicy
@@ -37,6 +38,12 @@ LOADS = (1.0, 1.3)
 SEED = 1
 MODEL = "A100-80GB"
 Case = tuple[str, int, float, int, str, int]
+T = TypeVar("T")
+
+
+def _listed(text: str, kind: Callable[[str], T]) -> list[T]:
+    """A comma-separated option's values."""
+    return [kind(item) for item in text.split(",")]
 
 
 def run(case: Case, traces: Path) -> tuple[Case, dict[str, dict[str, Any]]]:
@@ -75,13 +82,13 @@ def main() -> int:
                         help="comma-separated offered loads")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    bounds = [int(b) for b in args.reservations.split(",")]
-    sizes = [int(s) for s in args.sizes.split(",")]
-    batches = args.batches.split(",")
-    seeds = [int(s) for s in args.seeds.split(",")]
-    loads = [float(x) for x in args.loads.split(",")]
+    bounds = _listed(args.reservations, int)
+    sizes = _listed(args.sizes, int)
+    batches = _listed(args.batches, str)
+    seeds = _listed(args.seeds, int)
+    loads = _listed(args.loads, float)
     cases = [(t, g, load, b, w, seed) for w in batches for b in bounds for g in sizes
-             for t in args.only.split(",") for load in loads for seed in seeds]
+             for t in _listed(args.only, str) for load in loads for seed in seeds]
     began = time.perf_counter()
     results: dict[tuple[int, str], list[tuple[Case, dict[str, dict[str, Any]]]]] = {
         (b, w): [] for b in bounds for w in batches}
@@ -93,7 +100,7 @@ def main() -> int:
             worst = max((d["classes"][c] / max(g["classes"].get(c, 1.0), 1.0), c)
                         for c in d["classes"])
             results[(case[3], case[4])].append((case, out))
-            seed = f" seed {case[5]}" if len(seeds) > 1 else ""
+            seed = f" seed {case[5]}" if seeds != [SEED] else ""
             print(f"| {case[4]} | {case[3]} | {case[0]} {case[1]} GPUs {case[2]:.0%}{seed} | "
                   f"{d['served']:.4f} | "
                   f"{g['served']:.4f} | {100 * (d['served'] - g['served']):+.2f} | "
