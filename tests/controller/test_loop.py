@@ -207,6 +207,65 @@ def test_no_pod_is_released_onto_a_node_the_same_tick_s_plan_rewrote() -> None:
     assert recorder.released == [], "the node's allocatable is from before the plan"
 
 
+def test_a_dropped_advertised_slice_and_a_kept_unadvertised_one_are_no_room() -> None:
+    """Found by the simulator driving this loop: the plan destroys GPU 0's free 1g, which the
+    kubelet advertises (a 4g must start there), and puts the 1g pod on GPU 1's free 1g, which
+    the agent reports but the kubelet does not advertise yet. Allocatable (one 1g, read before
+    the write) and the slices that stay (one 1g) each count one, but not the same one: the
+    kubelet has no 1g to give until it advertises GPU 1's."""
+    cache, recorder, controller, clock = setup()
+    cache.put("node", "ADDED", node("node-a", {"nvidia.com/mig-1g.10gb": "1",
+                                               "nvidia.com/mig-3g.40gb": "1",
+                                               "nvidia.com/mig-4g.40gb": "1"}))
+    raw = partition("node-a", [
+        {"profile": "1g.10gb", "start": 0, "gpuInstanceId": 9,
+         "uuid": "MIG-00000000-0000-5000-0000-000000000001"},
+        {"profile": "3g.40gb", "start": 4, "gpuInstanceId": 2, "allocated": True,
+         "uuid": "MIG-00000000-0000-5000-0000-000000000002"}])
+    second = dict(raw["status"]["gpus"][0], index=1,
+                  uuid="GPU-00000000-0000-0000-0000-000000000001",
+                  slices=[{"profile": "4g.40gb", "start": 0, "gpuInstanceId": 1,
+                           "allocated": True, "uuid": "MIG-00000000-0000-5000-0000-000000000003"},
+                          {"profile": "1g.10gb", "start": 4, "gpuInstanceId": 11,
+                           "uuid": "MIG-00000000-0000-5000-0000-000000000004"}])
+    raw["status"]["gpus"].append(second)
+    cache.put("nodepartition", "ADDED", raw)
+    cache.put("pod", "ADDED", pod("holds-3g", "nvidia.com/mig-3g.40gb", gated=False,
+                                  node_name="node-a"))
+    cache.put("pod", "ADDED", pod("holds-4g", "nvidia.com/mig-4g.40gb", gated=False,
+                                  node_name="node-a"))
+    cache.put("pod", "ADDED", pod("big", "nvidia.com/mig-4g.40gb"))
+    small = pod("small", "nvidia.com/mig-1g.10gb")
+    small["metadata"]["creationTimestamp"] = "2026-12-02T10:00:01Z"
+    cache.put("pod", "ADDED", small)
+    controller.tick()
+    clock.now += 1
+    controller.tick()
+    (written,) = [s for n, s in recorder.specs if n == "node-a"]
+    layout = {g.index: {(s.profile, s.start) for s in g.slices} for g in written.gpus}
+    assert ("1g.10gb", 0) not in layout[0], "the plan destroys GPU 0's free 1g for the 4g pod"
+    assert 1 not in layout, "GPU 1 stays as it is, its free 1g for the 1g pod"
+    assert {e[0] for e in recorder.pod_events if e[1] == "Placed"} == {"ml/big", "ml/small"}
+    assert recorder.released == [], "the one advertised 1g is going"
+
+    # The agent applies the plan; the kubelet advertises what is there now, GPU 1's 1g.
+    gpu0 = dict(raw["status"]["gpus"][0], slices=[
+        {"profile": "4g.40gb", "start": 0, "gpuInstanceId": 5,
+         "uuid": "MIG-00000000-0000-5000-0000-000000000005"},
+        {"profile": "3g.40gb", "start": 4, "gpuInstanceId": 2, "allocated": True,
+         "uuid": "MIG-00000000-0000-5000-0000-000000000002"}])
+    cache.put("nodepartition", "MODIFIED", {
+        "metadata": raw["metadata"], "spec": written.to_wire(),
+        "status": {"appliedPlanId": written.plan_id, "gpus": [gpu0, second]}})
+    cache.put("node", "MODIFIED", node("node-a", {"nvidia.com/mig-1g.10gb": "1",
+                                                  "nvidia.com/mig-3g.40gb": "1",
+                                                  "nvidia.com/mig-4g.40gb": "2"}))
+    clock.now += 1
+    controller.tick()
+    assert sorted(r[0] for r in recorder.released) == ["ml/big", "ml/small"], \
+        "both once the node reports its plan and advertises the slices"
+
+
 def test_a_pod_on_a_slice_that_stays_is_released_while_another_gpu_reconfigures() -> None:
     """The plan makes a 7g on GPU 1 and puts a 3g pod on GPU 0's free 3g: the node is in
     flight until its agent reports, but the 3g pod need not wait for GPU 1."""

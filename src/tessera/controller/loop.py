@@ -1128,12 +1128,15 @@ class Controller:
 
     def _room(self, node: str, raw: RawObject, partition: NodePartition | None,
               in_flight: bool, resource: str) -> int:
-        """Units of ``resource`` the node can hand out now: its allocatable, and for a MIG
-        slice never more than the complete slices its agent reports that stay, i.e. not
-        dropped by the plan in flight there. The kubelet's allocatable lags both ways (a new
+        """Units of ``resource`` the node can hand out now: its allocatable less the slices
+        the plan in flight there drops, and for a MIG slice never more than the complete
+        slices its agent reports that stay. The kubelet's allocatable lags both ways (a new
         slice shows at its next status sync, a destroyed one goes only then), so it alone
         could release a pod onto a slice that is gone; the agent's report alone could release
-        one before the kubelet advertises its slice."""
+        one before the kubelet advertises its slice. Nor is the smaller of the two enough:
+        a stale allocatable that still counts a slice being dropped and a report that already
+        counts one not yet advertised agree on a slice the kubelet cannot give (found by the
+        simulator driving this loop), so a dropped slice comes off the allocatable too."""
         allocatable = node_allocatable(raw, resource)
         if (partition is None or partition.status is None
                 or not resource.startswith(catalogue.MIG_RESOURCE_PREFIX)
@@ -1142,7 +1145,7 @@ class Controller:
         spec = (self.state.specs.get(node) or partition.spec) if in_flight else None
         targets = {g.index: {(s.profile, s.start) for s in g.slices}
                    for g in (spec.gpus if spec else []) if g.index is not None}
-        kept = 0
+        kept = dropped = 0
         for gpu in partition.status.gpus:
             if not gpu.healthy:
                 continue
@@ -1153,7 +1156,9 @@ class Controller:
                     continue
                 if target is None or (item.profile, item.start) in target:
                     kept += 1
-        return min(allocatable, kept)
+                else:
+                    dropped += 1
+        return max(0, min(allocatable - dropped, kept))
 
     def _release(self, pods: Mapping[str, RawObject], bound: Mapping[str, Mapping[str, int]],
                  nodes: Mapping[str, RawObject], partitions: Mapping[str, NodePartition], *,
