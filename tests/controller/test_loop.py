@@ -167,12 +167,11 @@ def test_pending_pods_are_batched_then_planned_then_released_when_capacity_shows
     assert [r[0] for r in recorder.released] == ["ml/p1", "ml/p2"]
 
 
-def test_no_pod_is_released_onto_a_node_the_same_tick_s_plan_rewrote() -> None:
-    """Found by the simulator driving this loop: the plan destroys a free 1g slice (a 4g must
-    start there) and puts the 1g pod on a new slice of another GPU. The node's allocatable,
-    read before the write, still shows the old 1g; releasing the pod then would have the
-    kubelet refuse it once the agent destroys that slice."""
-    cache, recorder, controller, clock = setup()
+def _a_free_1g_a_4g_pod_needs(cache: ClusterCache,
+                              gpu1_slices: list[dict[str, Any]]) -> dict[str, Any]:
+    """node-a: GPU 0 has a free 1g at start 0 and a held 3g; GPU 1 has a held 4g and
+    ``gpu1_slices``; waiting, an older 4g pod (it can only start where the 1g is) and a 1g pod.
+    Returns the NodePartition as put."""
     cache.put("node", "ADDED", node("node-a", {"nvidia.com/mig-1g.10gb": "1",
                                                "nvidia.com/mig-3g.40gb": "1",
                                                "nvidia.com/mig-4g.40gb": "1"}))
@@ -184,18 +183,28 @@ def test_no_pod_is_released_onto_a_node_the_same_tick_s_plan_rewrote() -> None:
     second = dict(raw["status"]["gpus"][0], index=1,
                   uuid="GPU-00000000-0000-0000-0000-000000000001",
                   slices=[{"profile": "4g.40gb", "start": 0, "gpuInstanceId": 1,
-                           "allocated": True, "uuid": "MIG-00000000-0000-5000-0000-000000000003"}])
+                           "allocated": True, "uuid": "MIG-00000000-0000-5000-0000-000000000003"},
+                          *gpu1_slices])
     raw["status"]["gpus"].append(second)
     cache.put("nodepartition", "ADDED", raw)
     cache.put("pod", "ADDED", pod("holds-3g", "nvidia.com/mig-3g.40gb", gated=False,
                                   node_name="node-a"))
     cache.put("pod", "ADDED", pod("holds-4g", "nvidia.com/mig-4g.40gb", gated=False,
                                   node_name="node-a"))
-    older = pod("big", "nvidia.com/mig-4g.40gb")
-    cache.put("pod", "ADDED", older)
+    cache.put("pod", "ADDED", pod("big", "nvidia.com/mig-4g.40gb"))
     small = pod("small", "nvidia.com/mig-1g.10gb")
     small["metadata"]["creationTimestamp"] = "2026-12-02T10:00:01Z"
     cache.put("pod", "ADDED", small)
+    return raw
+
+
+def test_no_pod_is_released_onto_a_node_the_same_tick_s_plan_rewrote() -> None:
+    """Found by the simulator driving this loop: the plan destroys a free 1g slice (a 4g must
+    start there) and puts the 1g pod on a new slice of another GPU. The node's allocatable,
+    read before the write, still shows the old 1g; releasing the pod then would have the
+    kubelet refuse it once the agent destroys that slice."""
+    cache, recorder, controller, clock = setup()
+    _a_free_1g_a_4g_pod_needs(cache, [])
     controller.tick()
     clock.now += 1
     controller.tick()
@@ -214,30 +223,9 @@ def test_a_dropped_advertised_slice_and_a_kept_unadvertised_one_are_no_room() ->
     the write) and the slices that stay (one 1g) each count one, but not the same one: the
     kubelet has no 1g to give until it advertises GPU 1's."""
     cache, recorder, controller, clock = setup()
-    cache.put("node", "ADDED", node("node-a", {"nvidia.com/mig-1g.10gb": "1",
-                                               "nvidia.com/mig-3g.40gb": "1",
-                                               "nvidia.com/mig-4g.40gb": "1"}))
-    raw = partition("node-a", [
-        {"profile": "1g.10gb", "start": 0, "gpuInstanceId": 9,
-         "uuid": "MIG-00000000-0000-5000-0000-000000000001"},
-        {"profile": "3g.40gb", "start": 4, "gpuInstanceId": 2, "allocated": True,
-         "uuid": "MIG-00000000-0000-5000-0000-000000000002"}])
-    second = dict(raw["status"]["gpus"][0], index=1,
-                  uuid="GPU-00000000-0000-0000-0000-000000000001",
-                  slices=[{"profile": "4g.40gb", "start": 0, "gpuInstanceId": 1,
-                           "allocated": True, "uuid": "MIG-00000000-0000-5000-0000-000000000003"},
-                          {"profile": "1g.10gb", "start": 4, "gpuInstanceId": 11,
-                           "uuid": "MIG-00000000-0000-5000-0000-000000000004"}])
-    raw["status"]["gpus"].append(second)
-    cache.put("nodepartition", "ADDED", raw)
-    cache.put("pod", "ADDED", pod("holds-3g", "nvidia.com/mig-3g.40gb", gated=False,
-                                  node_name="node-a"))
-    cache.put("pod", "ADDED", pod("holds-4g", "nvidia.com/mig-4g.40gb", gated=False,
-                                  node_name="node-a"))
-    cache.put("pod", "ADDED", pod("big", "nvidia.com/mig-4g.40gb"))
-    small = pod("small", "nvidia.com/mig-1g.10gb")
-    small["metadata"]["creationTimestamp"] = "2026-12-02T10:00:01Z"
-    cache.put("pod", "ADDED", small)
+    raw = _a_free_1g_a_4g_pod_needs(cache, [
+        {"profile": "1g.10gb", "start": 4, "gpuInstanceId": 11,
+         "uuid": "MIG-00000000-0000-5000-0000-000000000004"}])
     controller.tick()
     clock.now += 1
     controller.tick()
@@ -256,7 +244,8 @@ def test_a_dropped_advertised_slice_and_a_kept_unadvertised_one_are_no_room() ->
          "uuid": "MIG-00000000-0000-5000-0000-000000000002"}])
     cache.put("nodepartition", "MODIFIED", {
         "metadata": raw["metadata"], "spec": written.to_wire(),
-        "status": {"appliedPlanId": written.plan_id, "gpus": [gpu0, second]}})
+        "status": {"appliedPlanId": written.plan_id,
+                   "gpus": [gpu0, raw["status"]["gpus"][1]]}})
     cache.put("node", "MODIFIED", node("node-a", {"nvidia.com/mig-1g.10gb": "1",
                                                   "nvidia.com/mig-3g.40gb": "1",
                                                   "nvidia.com/mig-4g.40gb": "2"}))
