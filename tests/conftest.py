@@ -1,8 +1,10 @@
 """Shared fixtures. The NVML simulator is process-global (it sits in ``pynvml.nvmlLib``), so
-every fixture that installs it also removes it, and no test sees another's node."""
+every fixture that installs it also removes it, and no test sees another's node. The root
+logger is process-global too, so every test gets back the one it started with."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,6 +16,24 @@ from tessera.nvml.sim.state import NodeState, new_node_state
 from tessera.nvml.sim.store import MemoryStore, StateStore, write_new_state_file
 
 SimNode = Callable[..., tuple[StateStore, PynvmlBackend]]
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """A CLI run in-process (``tessera.cli.logs.configure``) points the root logger at the
+    ``sys.stderr`` pytest captured for that test; left there, every later log line (the
+    hollow nodes' agents log in-process) fails on the closed stream and prints a traceback
+    that buries the failure CI shows."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture
