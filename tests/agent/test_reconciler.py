@@ -77,6 +77,33 @@ def test_a_slice_held_by_a_pod_survives_a_repartition_that_wants_its_space(
     assert condition(done.status, "Blocked")[0] == "False"
 
 
+def test_a_kubelet_restarting_with_no_pods_listed_yet_frees_no_slice(
+    agent_node: AgentNode,
+) -> None:
+    """A restarted kubelet answers PodResources before it knows its pods (an empty list): the
+    agent must not take that for free slices while a repartition wants their space."""
+    agent_node.reconciler.reconcile(partition(mig(0, "1g.10gb@0", "1g.10gb@1")))
+    agent_node.kubelet.wait_until(lambda k: k.allocatable().get(MIG_1G) == 2, timeout=10)
+    pod = Pod("ml", "infer-0", (Container("main", {MIG_1G: 1}),))
+    held = agent_node.kubelet.admit(pod)["main"][MIG_1G][0]
+    held_slice = next(f"{i.profile}@{i.start}" for i in agent_node.backend.gpu_instances(0)
+                      if i.uuid == held)
+    agent_node.reconciler.reconcile(partition(mig(0, "1g.10gb@0", "1g.10gb@1")))  # seen held
+
+    agent_node.kubelet.restart(pods_known=False)
+    wants_it = partition(mig(0, "7g.80gb@0"), generation=2, plan_id="plan-2")
+    result = agent_node.reconciler.reconcile(wants_it)
+    assert held_slice in agent_node.layout(0), "the held slice survived the kubelet restart"
+    status, reason, message = condition(result.status, "Blocked")
+    assert (status, reason) == ("True", "InUse")
+    assert "PodResources" in message
+
+    agent_node.kubelet.know_pods()
+    again = agent_node.reconciler.reconcile(wants_it)
+    assert agent_node.layout(0) == {held_slice}, "held by its pod, listed again"
+    assert "in use by pod ml/infer-0" in condition(again.status, "Blocked")[2]
+
+
 def test_a_cuda_job_outside_kubernetes_protects_its_slice(agent_node: AgentNode) -> None:
     agent_node.reconciler.reconcile(partition(mig(0, "7g.80gb@0")))
     (instance,) = agent_node.backend.gpu_instances(0)

@@ -8,12 +8,16 @@ plugins registered.
 from __future__ import annotations
 
 import socket
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
+from tessera.agent.allocations import KubeletAllocations
+from tessera.kubelet.errors import PodResourcesError
 from tessera.kubelet.inventory import Inventory, PluginDevice
 from tessera.kubelet.plugins import PluginManager, PluginSettings
 from tessera.kubelet.podresources import PodResourcesClient
@@ -104,6 +108,71 @@ def test_plugin_devices_are_scheduled_allocated_and_listed(
                           if c["pod"] == name and c["container"] == "cuda"]
             visible = created["envs"]["NVIDIA_VISIBLE_DEVICES"].split(",")
             assert sorted(visible) == ids
+        finally:
+            core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+            eventually(lambda: not [p for p in core.list_namespaced_pod("default").items
+                                    if p.metadata.name == name], 30, f"pod {name} gone")
+
+
+def test_a_restarting_kubelet_s_empty_pod_list_is_not_taken_for_free_devices(
+        cluster: Cluster, gpu_node: Node, core: client.CoreV1Api) -> None:
+    """The real kubelet answers PodResources ``List`` before its sync loop has added its pods
+    (an empty list, for about a second here): the agent's reader says "unknown" then, never
+    "free", while a pod holds its devices throughout (tessera.agent.allocations)."""
+    inventory = _inventory()
+    with _plugins(gpu_node, inventory) as plugins:
+        assert plugins.wait_until_registered(timeout=10)
+        eventually(lambda: _allocatable(cluster, gpu_node) == 3, 20,
+                   f"allocatable {RESOURCE} = 3")
+        name = f"holds-{uuid.uuid4().hex[:6]}"
+        core.create_namespaced_pod("default", client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PodSpec(
+                termination_grace_period_seconds=0,
+                containers=[client.V1Container(
+                    name="cuda", image="registry.k8s.io/pause:3.10",
+                    resources=client.V1ResourceRequirements(limits={RESOURCE: "1"}))])))
+        try:
+            eventually(lambda: core.read_namespaced_pod(name, "default").status.phase
+                       == "Running", 60, f"pod {name} Running")
+            socket_path = str(gpu_node.pod_resources_socket)
+            with PodResourcesClient(socket_path, timeout=2.0) as pod_resources:
+                reader = KubeletAllocations(pod_resources, socket_path)
+                held = {d for d, pods in (reader.read() or {}).items()
+                        if f"default/{name}" in pods}
+                assert len(held) == 1
+                answers: list[dict[str, tuple[str, ...]] | None] = []
+                raw_empty = threading.Event()
+                stop = threading.Event()
+
+                def poll() -> None:
+                    with PodResourcesClient(socket_path, timeout=1.0) as raw:
+                        while not stop.is_set():
+                            answers.append(reader.read())
+                            try:
+                                if not raw.list():
+                                    raw_empty.set()
+                            except PodResourcesError:
+                                pass
+                            time.sleep(0.02)
+
+                poller = threading.Thread(target=poll, daemon=True)
+                poller.start()
+                try:
+                    gpu_node.restart_kubelet()
+                    eventually(lambda: answers and answers[-1] is not None
+                               and held <= answers[-1].keys(), 30,
+                               "the pod's devices listed again after the restart")
+                finally:
+                    stop.set()
+                    poller.join(timeout=10)
+            known = [a for a in answers if a is not None]
+            assert known, "the reader trusted the kubelet again"
+            assert all(held <= a.keys() for a in known), \
+                "no answer the reader trusted showed the held devices free"
+            print(f"{len(answers)} reads through the restart: {len(answers) - len(known)} "
+                  f"unknown; the raw List {'did' if raw_empty.is_set() else 'did not'} "
+                  "answer an empty pod list meanwhile")
         finally:
             core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
             eventually(lambda: not [p for p in core.list_namespaced_pod("default").items

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tessera.agent.advertising import TimesliceAdvert
+from tessera.agent.observation import UNKNOWN_HOLDERS
 from tessera.agent.reconcile import (
     CompleteSlice,
     CreateSlice,
@@ -86,7 +87,7 @@ def _destroy(backend: GpuBackend, guard: SliceGuard, step: DestroySlice) -> Outc
     processes = backend.processes(uuid)
     if holders is None or holders or processes:
         guard.restore(uuid)
-        who = ("the kubelet's PodResources could not be read" if holders is None else
+        who = (UNKNOWN_HOLDERS if holders is None else
                ", ".join(f"pod {p}" for p in holders) or f"{len(processes)} process(es)")
         return Outcome(step, "blocked", f"{step.slice} ({uuid}) is in use: {who}")
     try:

@@ -14,9 +14,9 @@ import threading
 from collections.abc import Callable, Mapping
 
 from tessera.agent.advertising import Advertiser, MpsAdvert, TimesliceAdvert
+from tessera.agent.allocations import DEFAULT_SETTLE_S, KubeletAllocations
 from tessera.agent.health import HealthTracker, XidWatcher
 from tessera.agent.observation import NodeObservation, observe, owners_of
-from tessera.kubelet.errors import PodResourcesError
 from tessera.kubelet.health import XidFilter
 from tessera.kubelet.inventory import Inventory
 from tessera.kubelet.plugins import PluginManager, PluginSettings
@@ -35,6 +35,10 @@ class RuntimeSettings:
     """None: a node without a kubelet, where only NVML's processes say what is in use. A socket
     that is set but cannot be read makes every slice count as possibly in use."""
     pod_resources_timeout_s: float = 2.0
+    kubelet_settle_s: float = DEFAULT_SETTLE_S
+    """After a kubelet restart, how long at most every slice counts as possibly in use while
+    the new kubelet has not listed again the devices the old one listed
+    (:mod:`tessera.agent.allocations`)."""
     xid_filter: XidFilter = dataclasses.field(default_factory=XidFilter)
     xid_recovery_s: float = 0.0
     xid_poll_s: float = 0.5
@@ -51,10 +55,14 @@ class NodeRuntime:
         self.health = HealthTracker(self.advertiser, self.settings.xid_recovery_s)
         self.plugins = PluginManager(self.inventory, self.settings.plugins)
         self._pod_resources: PodResourcesClient | None = None
+        self._allocations: KubeletAllocations | None = None
         if self.settings.pod_resources_socket:
             self._pod_resources = PodResourcesClient(
                 self.settings.pod_resources_socket,
                 timeout=self.settings.pod_resources_timeout_s)
+            self._allocations = KubeletAllocations(
+                self._pod_resources, self.settings.pod_resources_socket,
+                settle_s=self.settings.kubelet_settle_s)
         self._lock = threading.RLock()
         self._started = False
         self._latest: NodeObservation | None = None
@@ -90,21 +98,12 @@ class NodeRuntime:
     # -- observing --------------------------------------------------------------------------
 
     def allocations(self) -> dict[str, tuple[str, ...]] | None:
-        """Device id -> pods holding it, from the kubelet; None if it cannot be asked."""
-        if self._pod_resources is None:
+        """Device id -> pods holding it, from the kubelet; None if it cannot be asked, or has
+        restarted and not listed its pods again yet (:mod:`tessera.agent.allocations`)."""
+        if self._allocations is None:
             return {}
-        try:
-            pods = self._pod_resources.list()
-        except PodResourcesError as exc:
-            log.warning("cannot read the kubelet's allocations: %s", exc)
-            return None
-        owners: dict[str, set[str]] = {}
-        for pod in pods:
-            for container in pod.containers:
-                for devices in container.devices:
-                    for device_id in devices.device_ids:
-                        owners.setdefault(device_id, set()).add(f"{pod.namespace}/{pod.name}")
-        return {device: tuple(sorted(names)) for device, names in owners.items()}
+        with self._lock:
+            return self._allocations.read()
 
     def refresh(self, mps: Mapping[str, MpsAdvert] | None = None) -> NodeObservation:
         """Observe the cards, apply health, and publish the result to the device plugins."""

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from tessera.core.layout import Slice
 from tessera.nvml.backend import GpuBackend, GpuInfo
 
-__all__ = ["GpuObservation", "NodeObservation", "ObservedInstance", "observe", "owners_of"]
+__all__ = ["UNKNOWN_HOLDERS", "GpuObservation", "NodeObservation", "ObservedInstance", "observe",
+           "owners_of"]
+
+
+UNKNOWN_HOLDERS = ("the kubelet's PodResources could not be read, or a restarted kubelet has "
+                   "not listed its pods again yet")
+"""Why a slice counts as possibly in use when the kubelet's allocations are not known."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ class ObservedInstance:
     def users(self) -> str:
         parts = [f"pod {p}" for p in self.pods]
         if self.use_unknown and not parts:
-            parts.append("possibly a pod (the kubelet's PodResources could not be read)")
+            parts.append(f"possibly a pod ({UNKNOWN_HOLDERS})")
         if self.processes and not self.pods:
             parts.append(f"{self.processes} CUDA process(es) outside Kubernetes")
         return ", ".join(parts)
@@ -82,7 +88,7 @@ class GpuObservation:
         if self.processes:
             parts.append(f"{self.processes} CUDA process(es)")
         if self.use_unknown and not parts:
-            parts.append("possibly a pod (the kubelet's PodResources could not be read)")
+            parts.append(f"possibly a pod ({UNKNOWN_HOLDERS})")
         return ", ".join(parts)
 
 

@@ -207,6 +207,9 @@ class KubeletStandIn:
         self._server: grpc.Server | None = None
         self._pr_server: grpc.Server | None = None
         self.starts = 0
+        self._pods_known = True
+        """False from a restart until :meth:`know_pods`: PodResources lists no pods, as a real
+        kubelet's does until its sync loop has run (its pod manager is empty until then)."""
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -257,10 +260,22 @@ class KubeletStandIn:
         with self._cond:
             self._cond.notify_all()
 
-    def restart(self) -> None:
-        """A kubelet restart: drop connections, delete plugin sockets, re-create kubelet.sock."""
+    def restart(self, *, pods_known: bool = True) -> None:
+        """A kubelet restart: drop connections, delete plugin sockets, re-create kubelet.sock.
+
+        ``pods_known=False`` holds the new kubelet in the window a real one has after it
+        starts serving PodResources and before its sync loop has added its pods: ``List``
+        answers, with no pods, until :meth:`know_pods` (about 0.8 s on the kubelet the e2e
+        tests build, longer under load)."""
         self.stop()
+        with self._cond:
+            self._pods_known = pods_known
         self.start()
+
+    def know_pods(self) -> None:
+        """The restarted kubelet's sync loop has run: PodResources lists its pods again."""
+        with self._cond:
+            self._pods_known = True
 
     def __enter__(self) -> KubeletStandIn:
         self.start()
@@ -643,7 +658,7 @@ class KubeletStandIn:
 
     def _list_pods(self) -> list[pr.PodResources]:
         with self._cond:
-            pods = list(self._pods.values())
+            pods = list(self._pods.values()) if self._pods_known else []
             allocations = dict(self._allocations)
             all_devices = {r: dict(d) for r, d in self._all.items()}
         out = []
