@@ -12,9 +12,12 @@ per target of issue #13 that this can check: served >= greedy - 0.5 point on eve
     .venv/bin/python bench/simulate/objective_bench.py --reservations 0,1,2 --sizes 64,128
     .venv/bin/python bench/simulate/objective_bench.py --batches 0.5/3,5/5  # controller batching
     .venv/bin/python bench/simulate/objective_bench.py --seeds 1,2,3  # seed-to-seed spread
+    .venv/bin/python bench/simulate/objective_bench.py --reserve-after 0,2  # reserve at once/later
 
 ``dynamic`` is the controller itself (:mod:`tessera.sim.dynamic`); ``--batches`` sets its
-batch window (idle/max seconds; the controller's defaults are 0.5/3).
+batch window (idle/max seconds; the controller's defaults are 0.5/3), ``--reserve-after`` the
+controller's ``reserve_after_waits`` (a pod reserves once it has waited that many times the
+median recent wait; 0: at once). Each case runs in a fresh worker process.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tessera.controller.loop import ControllerSettings
 from tessera.sim.cluster import shorthand
 from tessera.sim.dynamic import DynamicPolicy
 from tessera.sim.engine import simulate
@@ -37,7 +41,7 @@ TRACES = ("default", "gpushare40", "gpushare100")
 LOADS = (1.0, 1.3)
 SEED = 1
 MODEL = "A100-80GB"
-Case = tuple[str, int, float, int, str, int]
+Case = tuple[str, int, float, int, str, int, float]
 T = TypeVar("T")
 
 
@@ -47,14 +51,15 @@ def _listed(text: str, kind: Callable[[str], T]) -> list[T]:
 
 
 def run(case: Case, traces: Path) -> tuple[Case, dict[str, dict[str, Any]]]:
-    trace, gpus, load, reservations, batch, seed = case
+    trace, gpus, load, reservations, batch, seed, after = case
     idle, most = (float(x) for x in batch.split("/"))
     cluster = shorthand(gpus // 8, 8, MODEL)
     rows = load_trace(traces / f"openb_pod_list_{trace}.csv")
     jobs, window = poisson(rows, cluster.main_model, capacity=cluster.capacity, load=load,
                            seed=seed)
     out: dict[str, dict[str, Any]] = {}
-    dynamic = DynamicPolicy(cluster, reservations=reservations, batch_idle=idle, batch_max=most)
+    dynamic = DynamicPolicy(cluster, reservations=reservations, batch_idle=idle, batch_max=most,
+                            reserve_after_waits=after)
     for name, policy in (("dynamic", dynamic),
                          ("greedy", GreedyPolicy(cluster))):
         began = time.perf_counter()
@@ -80,6 +85,8 @@ def main() -> int:
                         help="comma-separated arrival seeds (each is a case of its own)")
     parser.add_argument("--loads", default=",".join(str(x) for x in LOADS),
                         help="comma-separated offered loads")
+    parser.add_argument("--reserve-after", default=str(ControllerSettings.reserve_after_waits),
+                        dest="after", help="comma-separated reserve_after_waits factors")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     bounds = _listed(args.reservations, int)
@@ -87,26 +94,30 @@ def main() -> int:
     batches = _listed(args.batches, str)
     seeds = _listed(args.seeds, int)
     loads = _listed(args.loads, float)
-    cases = [(t, g, load, b, w, seed) for w in batches for b in bounds for g in sizes
-             for t in _listed(args.only, str) for load in loads for seed in seeds]
+    afters = _listed(args.after, float)
+    cases = [(t, g, load, b, w, seed, a) for w in batches for b in bounds for a in afters
+             for g in sizes for t in _listed(args.only, str) for load in loads for seed in seeds]
     began = time.perf_counter()
-    results: dict[tuple[int, str], list[tuple[Case, dict[str, dict[str, Any]]]]] = {
-        (b, w): [] for b in bounds for w in batches}
-    print("| batch | reservations | case | dynamic | greedy | points | placed d/g | p95 d/g | "
-          "worst class (max wait d/g) | s |\n|---|---|---|---|---|---|---|---|---|---|")
-    with ProcessPoolExecutor(max(1, args.workers)) as pool:
+    results: dict[tuple[int, str, float], list[tuple[Case, dict[str, dict[str, Any]]]]] = {
+        (b, w, a): [] for b in bounds for w in batches for a in afters}
+    print("| batch | reservations | reserve after | case | dynamic | greedy | points | "
+          "placed d/g | p95 d/g | worst class (max wait d/g) | s |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|")
+    # A fresh process per case: nothing a case leaves in a worker reaches the next one.
+    with ProcessPoolExecutor(max(1, args.workers), max_tasks_per_child=1) as pool:
         for case, out in pool.map(run, cases, [args.traces] * len(cases)):
             d, g = out["dynamic"], out["greedy"]
             worst = max((d["classes"][c] / max(g["classes"].get(c, 1.0), 1.0), c)
                         for c in d["classes"])
-            results[(case[3], case[4])].append((case, out))
+            results[(case[3], case[4], case[6])].append((case, out))
             seed = f" seed {case[5]}" if seeds != [SEED] else ""
-            print(f"| {case[4]} | {case[3]} | {case[0]} {case[1]} GPUs {case[2]:.0%}{seed} | "
+            print(f"| {case[4]} | {case[3]} | {case[6]:g} | "
+                  f"{case[0]} {case[1]} GPUs {case[2]:.0%}{seed} | "
                   f"{d['served']:.4f} | "
                   f"{g['served']:.4f} | {100 * (d['served'] - g['served']):+.2f} | "
                   f"{d['placed']}/{g['placed']} | {d['p95'] / max(g['p95'], 1.0):.2f} | "
                   f"{worst[1]} {worst[0]:.2f} | {d['wall']:.0f} |", flush=True)
-    for (bound, batch), done in results.items():
+    for (bound, batch, after), done in results.items():
         deltas = [o["dynamic"]["served"] - o["greedy"]["served"] for _, o in done]
         checks = [
             ("served >= greedy - 0.5 point on every case", min(deltas) >= -0.005,
@@ -122,8 +133,8 @@ def main() -> int:
              f"{sum(all(d <= 1.5 * max(o['greedy']['classes'].get(c, 1.0), 1.0) for c, d in o['dynamic']['classes'].items()) for _, o in done)}/{len(done)} cases"),  # noqa: E501
         ]
         for what, ok, figure in checks:
-            print(f"{'PASS' if ok else 'MISS'} batch={batch} reservations={bound}: {what} "
-                  f"({figure})")
+            print(f"{'PASS' if ok else 'MISS'} batch={batch} reservations={bound} "
+                  f"reserve_after={after:g}: {what} ({figure})")
     print(f"total run time {time.perf_counter() - began:.0f} s, {len(cases)} cases")
     return 0
 

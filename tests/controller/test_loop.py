@@ -18,6 +18,7 @@ from tessera.controller.demand import GATE
 from tessera.controller.loop import ClusterCache, Controller, ControllerSettings, Metrics
 from tessera.controller.policies import policy_gpu_specs
 from tessera.controller.snapshot import build_snapshot
+from tessera.core import planner
 
 
 class Recorder:
@@ -547,6 +548,50 @@ def test_pods_that_do_not_fit_are_planned_again_only_when_something_changed() ->
         controller.tick()
         clock.now += 1
     assert counter.plans == 3
+
+
+def test_a_pod_may_reserve_once_it_has_waited_twice_the_median_recent_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The planner is told how long a pod must have waited to reserve GPUs, and the time a
+    waiting pod becomes old enough is a change of its own: it is planned again then, not at
+    the next resync."""
+    asked: list[tuple[float, float | None]] = []
+    real_plan = planner.plan
+
+    def spy(snapshot: Any, pods: Any, *args: Any, **kwargs: Any) -> Any:
+        asked.append((kwargs["reserve_after_s"], snapshot.now))
+        return real_plan(snapshot, pods, *args, **kwargs)
+
+    monkeypatch.setattr(planner, "plan", spy)
+    cache, _recorder, controller, clock = setup(resync_s=300.0, reserve_after_waits=2.0)
+    for _ in range(25):  # as if 25 pods had been released after 10 s each
+        controller.state.waits.add(10.0)
+    created = 1_796_205_600.0  # the pods' creationTimestamp
+    clock.now = created + 1
+    cache.put("node", "ADDED", node("node-a"))
+    busy = {"profile": "7g.80gb", "start": 0, "gpuInstanceId": 0,
+            "uuid": "MIG-00000000-0000-5000-0000-000000000000"}
+    cache.put("nodepartition", "ADDED", partition("node-a", [busy]))
+    cache.put("pod", "ADDED", pod("holder", "nvidia.com/mig-7g.80gb", gated=False,
+                                  node_name="node-a"))
+    cache.put("pod", "ADDED", pod("waits", "nvidia.com/mig-7g.80gb"))
+    while clock.now < created + 19.5:
+        clock.now += 1
+        controller.tick()
+    assert len(asked) == 1, "nothing changed and the pod is still too new to reserve"
+    assert asked[0][0] == 20.0, "2 x the median recent wait of 10 s"
+    while clock.now < created + 21.5:
+        clock.now += 1
+        controller.tick()
+    assert len(asked) == 2, "20 s after its creation the pod may reserve: planned again"
+    replanned_at = asked[1][1]
+    assert replanned_at is not None
+    assert replanned_at - created >= 20.0
+    while clock.now < created + 60:
+        clock.now += 1
+        controller.tick()
+    assert len(asked) == 2, "once it may reserve, time alone changes nothing until resync"
 
 
 def test_a_pod_placed_on_a_slice_the_cluster_did_not_bear_out_is_planned_again() -> None:

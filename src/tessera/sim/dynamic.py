@@ -91,7 +91,8 @@ class DynamicPolicy(_MigPolicy):
                  reconfig_latency: float = DEFAULT_RECONFIG_LATENCY_S,
                  capacity_lag: float = DEFAULT_CAPACITY_LAG_S, solver: str = "fast",
                  reservations: int = DEFAULT_RESERVATIONS,
-                 per_shape: int = DEFAULT_PER_SHAPE) -> None:
+                 per_shape: int = DEFAULT_PER_SHAPE,
+                 reserve_after_waits: float = ControllerSettings.reserve_after_waits) -> None:
         super().__init__(cluster)
         self.latency = reconfig_latency
         self.lag = capacity_lag
@@ -112,7 +113,8 @@ class DynamicPolicy(_MigPolicy):
             self.cache, self, ControllerSettings(
                 batch_idle_s=batch_idle, batch_max_s=batch_max,
                 solver="exact" if solver == "exact" else "fast",
-                reservations=reservations, per_shape=per_shape),
+                reservations=reservations, per_shape=per_shape,
+                reserve_after_waits=reserve_after_waits),
             clock=lambda: self.now, wall_clock=lambda: _EPOCH + self.now)
         self.cache.put("partitionpolicy", "ADDED", {
             "metadata": {"name": "simulated-dynamic", "generation": 1},

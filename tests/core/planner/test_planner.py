@@ -9,7 +9,7 @@ import pytest
 
 from tessera.core.errors import InvalidInputError
 from tessera.core.layout import Slice
-from tessera.core.planner import AssignedSlice, fast, plan, plan_to_dict
+from tessera.core.planner import AssignedSlice, Plan, fast, plan, plan_to_dict
 from tessera.core.planner.parse import parse_cluster, parse_pending
 from tessera.core.planner.synthetic import synthetic_cluster, synthetic_pods
 from tests.core.planner.cases import gpu, pod, run
@@ -218,6 +218,45 @@ class TestArrivalOrderWithBackfill:
         assert {s.gpu for p in result.placements for s in p.slices} == {1}
         assert len(result.placements) == 3
 
+    def test_a_pod_reserves_only_once_it_has_waited_reserve_after_s(self, solver: str) -> None:
+        # The 7g arrived at t=100 and fits nowhere. At t=110 it has waited 10 s, less than
+        # the 30 s asked: it holds nothing back, and the 1g pods backfill card 0 as well.
+        # At t=130 it has waited long enough and card 0 (closest to free) is kept for it.
+        nodes = [{"name": "a", "gpus": [gpu(0, "A100-80GB", "1g.10gb@0*"),
+                                        gpu(1, "A100-80GB", "3g.40gb@4*")]}]
+        pods = parse_pending({"pods": [
+            _aged("big", 100.0, mig_7g_80gb=1),
+            *(_aged(f"small-{i}", 101.0 + i, mig_1g_10gb=1) for i in range(6))]})
+
+        def at(now: float) -> Plan:
+            return plan(parse_cluster({"nodes": nodes, "now": now}), pods,
+                        solver, reserve_after_s=30.0)  # type: ignore[arg-type]
+
+        early, late = at(110.0), at(130.0)
+        assert 0 in {s.gpu for p in early.placements for s in p.slices}
+        assert len(early.placements) == 6
+        assert {s.gpu for p in late.placements for s in p.slices} == {1}
+        assert len(late.placements) == 4
+
+    def test_a_pod_too_new_to_reserve_does_not_use_up_the_bound(self, solver: str) -> None:
+        # Two waiting 7g pods, one reservation. "big-new" comes first in planning order (a
+        # higher priority) but has waited 5 s of the 30 asked: it reserves nothing, and the
+        # one reservation goes to "big-old", which has waited 80 s.
+        nodes = [{"name": "a", "gpus": [gpu(0, "A100-80GB", "1g.10gb@0*"),
+                                        gpu(1, "A100-80GB", "3g.40gb@4*")]}]
+        pods = parse_pending({"pods": [
+            {**_aged("big-new", 125.0, mig_7g_80gb=1), "priority": 10},
+            _aged("big-old", 50.0, mig_7g_80gb=1),
+            *(_aged(f"small-{i}", 126.0 + i, mig_1g_10gb=1) for i in range(6))]})
+        result = plan(parse_cluster({"nodes": nodes, "now": 130.0}), pods,
+                      solver,  # type: ignore[arg-type]
+                      reservations=1, reserve_after_s=30.0)
+        assert {u.pod for u in result.unplaced} >= {"default/big-new", "default/big-old"}
+        assert {s.gpu for p in result.placements for s in p.slices} == {1}
+        held = [u.reason for u in result.unplaced if u.pod.startswith("default/small")]
+        assert held
+        assert all("held for default/big-old" in r for r in held), held
+
 
 @pytest.mark.parametrize("solver", SOLVERS)
 class TestFilters:
@@ -285,6 +324,12 @@ class TestContract:
         with pytest.raises(InvalidInputError, match="at most 3 GPUs") as error:
             plan(snapshot, parse_pending({"pods": []}), "exact", max_exact_gpus=3)
         assert error.value.choices == ("fast",)
+
+    @pytest.mark.parametrize("wait", [-1.0, float("inf"), float("nan")])
+    def test_a_wait_before_reserving_must_be_finite_seconds(self, wait: float) -> None:
+        snapshot = parse_cluster({"nodes": [{"name": "a", "gpus": [gpu(0)]}]})
+        with pytest.raises(InvalidInputError, match=r"^reserve_after_s: must be a finite"):
+            plan(snapshot, parse_pending({"pods": []}), reserve_after_s=wait)
 
     def test_the_plan_json_has_the_documented_shape(self) -> None:
         result = run([{"name": "node-a", "gpus": [gpu(0)]}], [pod("p1", mig_1g_5gb=1),

@@ -2,8 +2,9 @@
 
 Pure and deterministic (same input, same plan; no I/O). The objective, in order: higher
 priority first; within a priority, arrival order with backfill (placing a pod outweighs
-placing every later one, and the first waiting pods that fit nowhere reserve the GPUs they
-would start on first, closing them to later pods: :mod:`~tessera.core.planner.reserve`);
+placing every later one, and the first waiting pods that fit nowhere, once they have waited
+``reserve_after_s``, reserve the GPUs they would start on first, closing them to later pods:
+:mod:`~tessera.core.planner.reserve`);
 never an in-use slice touched (a hard rule, not a cost); fewest free slices destroyed and GPUs
 touched; then the free capacity left most usable by recent demand (fragmentation-aware). A
 pod's units (all containers, all GPU resources) land on one node or not at all.
@@ -26,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import gc
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -108,19 +110,26 @@ def plan(
     max_exact_gpus: int = DEFAULT_MAX_GPUS,
     reservations: int = DEFAULT_RESERVATIONS,
     recent_demand: Mapping[str, float] | None = None,
+    reserve_after_s: float = 0.0,
 ) -> Plan:
     """Plan ``pods`` onto ``snapshot``; raises :class:`InvalidInputError` for an unknown solver
     or an exact solve on more than ``max_exact_gpus`` GPUs. ``reservations`` bounds how many
     waiting pods may hold GPUs back from later ones (:mod:`~tessera.core.planner.reserve`);
     ``recent_demand`` (units per resource lately asked for) is what placements keep free
-    capacity usable for, the pending pods' own requests when not given."""
+    capacity usable for, the pending pods' own requests when not given. A pod may reserve only
+    once it has waited ``reserve_after_s`` by ``snapshot.now`` (0: at once)."""
     if solver not in SOLVERS:
         raise InvalidInputError("solver", f"unknown solver {solver!r}", SOLVERS)
     if reservations < 0:
         raise InvalidInputError("reservations", f"must be 0 or more, not {reservations}")
+    if not 0 <= reserve_after_s < math.inf:
+        raise InvalidInputError("reserve_after_s",
+                                f"must be a finite number of seconds, 0 or more, not "
+                                f"{reserve_after_s}")
     with collector_paused():
         return _plan(snapshot, pods, solver, max_exact_gpus=max_exact_gpus,
-                     reservations=reservations, recent_demand=recent_demand)
+                     reservations=reservations, recent_demand=recent_demand,
+                     reserve_after_s=reserve_after_s)
 
 
 @contextmanager
@@ -145,11 +154,11 @@ def collector_paused() -> Iterator[None]:
 
 def _plan(snapshot: Snapshot, pods: Sequence[PendingPod], solver: SolverName, *,
           max_exact_gpus: int, reservations: int,
-          recent_demand: Mapping[str, float] | None) -> Plan:
+          recent_demand: Mapping[str, float] | None, reserve_after_s: float) -> Plan:
     shares = place_slice_shares(snapshot, pods)
     pods = shares.rest
     reshaped = reshape(snapshot, pods)
-    problem = prepare(reshaped.snapshot, pods, recent_demand)
+    problem = prepare(reshaped.snapshot, pods, recent_demand, reserve_after_s)
     if solver == "exact":
         outcome = solve_exact(problem, max_gpus=max_exact_gpus, reservations=reservations)
     else:

@@ -17,7 +17,8 @@ in floating point; then, with that fixed, the fewest slices destroyed, GPUs touc
 GPUs split and slices created (in that order of weight).
 
 Reservations (:mod:`~tessera.core.planner.reserve`) are found as the fast solver finds them:
-solve; the first pod left out (after the last one that reserved) reserves its GPUs, closing
+solve; the first pod left out (after the last one that reserved) that has waited long enough
+(:attr:`~tessera.core.planner.problem.PodInfo.may_reserve`) reserves its GPUs, closing
 them to every pod after it; solve again; until the bound is reached or no pod is left out.
 A reservation only restricts later pods, so the plan before each reserving pod never changes.
 It is meant for small clusters (tests, benchmarks, ``tessera plan --solver exact``): above
@@ -187,7 +188,7 @@ def solve_exact(
             return outcome
         after = owners[-1] if owners else -1
         blocked = next((p for p, pod in enumerate(problem.pods)
-                        if p > after and pod.demand and pod.eligible
+                        if p > after and pod.demand and pod.eligible and pod.may_reserve
                         and p not in outcome.assignments), None)
         if blocked is None:
             return outcome

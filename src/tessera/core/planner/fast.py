@@ -392,8 +392,9 @@ class _Search:
                      for g, b, a in zip(gids, before, after, strict=True))
 
     def reserve_for(self, position: int) -> None:
-        """Let pod ``position``, which found no place, reserve GPUs (up to the bound)."""
-        if len(self.owners) >= self.reservations:
+        """Let pod ``position``, which found no place, reserve GPUs (up to the bound, and only
+        once it has waited long enough: :attr:`PodInfo.may_reserve`)."""
+        if len(self.owners) >= self.reservations or not self.problem.pods[position].may_reserve:
             return
         gids = reserve(self.problem, position, self.reserved.keys())
         if gids:

@@ -109,6 +109,9 @@ class PodInfo:
     """How many nodes each filter rejected, for the unplaced reason."""
     classes: tuple[int, ...]
     """The node classes (see :attr:`Problem.classes`) that make up :attr:`eligible`."""
+    may_reserve: bool = True
+    """Whether the pod, if it cannot be placed, may reserve GPUs (:mod:`~tessera.core.planner.
+    reserve`): it has waited at least the plan's ``reserve_after_s``."""
 
     @property
     def units(self) -> int:
@@ -229,8 +232,12 @@ def demand_shares(pods: Sequence[PendingPod],
 
 
 def prepare(snapshot: Snapshot, pods: Sequence[PendingPod],
-            recent: Mapping[str, float] | None = None) -> Problem:
-    """Resolve models, in-use and frozen GPUs, filters and the planning order, once."""
+            recent: Mapping[str, float] | None = None, reserve_after_s: float = 0.0) -> Problem:
+    """Resolve models, in-use and frozen GPUs, filters and the planning order, once.
+
+    A pod may reserve GPUs once it has waited ``reserve_after_s`` by the snapshot's clock
+    (created at least that long before ``snapshot.now``); without a clock every pod may.
+    """
     gpus: list[GpuInfo] = []
     node_gpus: list[tuple[int, ...]] = []
     facts: dict[tuple[GpuSlice, ...], _Facts] = {}
@@ -258,9 +265,12 @@ def prepare(snapshot: Snapshot, pods: Sequence[PendingPod],
         key=lambda p: (-p.priority, p.creation_time, p.namespace, p.name),
     )
     filters, classes = _eligibility(ordered, snapshot.nodes)
+    now = snapshot.now
     infos = tuple(
         PodInfo(pod=pod, demand=pod.requests, eligible=eligible, rejections=rejected,
-                classes=chosen)
+                classes=chosen,
+                may_reserve=(reserve_after_s <= 0 or now is None
+                             or now - pod.creation_time >= reserve_after_s))
         for pod, (eligible, rejected, chosen) in zip(ordered, filters, strict=True)
     )
     return Problem(

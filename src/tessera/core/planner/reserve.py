@@ -15,8 +15,14 @@ running then, so it follows whichever GPU is closest to freeing.
 
 It is bounded: only the first :data:`DEFAULT_RESERVATIONS` pod(s) that cannot be placed reserve
 anything (per plan, all priorities together, in planning order), and a pod no GPU could ever
-host (wrong model, a profile its policy forbids) reserves nothing. Everything after them is
-backfill: it takes whatever the reservations leave free.
+host (wrong model, a profile its policy forbids) reserves nothing. A plan may also ask a pod
+to have waited a while before it reserves (``reserve_after_s``; the controller sets it from
+the waits it sees, :attr:`~tessera.controller.loop.ControllerSettings.reserve_after_waits`):
+most pods that find no room start a few seconds later anyway, as something ends, and a pod
+that reserves at once holds GPUs idle for a wait it would not have had. A pod that has not
+waited long enough is backfill like any later pod and does not count against the bound.
+Everything after the reserving pods is backfill: it takes whatever the reservations leave
+free.
 
 Both solvers use this one definition, computed from the snapshot alone, so the exact and the
 fast plan honour the same reservations for the same blocked pods.
