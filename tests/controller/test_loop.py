@@ -564,11 +564,16 @@ def test_a_pod_may_reserve_once_it_has_waited_twice_the_median_recent_wait(
         return real_plan(snapshot, pods, *args, **kwargs)
 
     monkeypatch.setattr(planner, "plan", spy)
-    cache, _recorder, controller, clock = setup(resync_s=300.0, reserve_after_waits=2.0)
+    cache = ClusterCache()
+    clock = Clock()
+    created = 1_796_205_600.0  # the pods' creationTimestamp (wall clock)
+    clock.now = 50.0  # the loop's own clock is monotonic: seconds since boot, not the epoch
+    controller = Controller(cache, Recorder(cache), ControllerSettings(
+        batch_idle_s=0.5, batch_max_s=3.0, resync_s=300.0, reserve_after_waits=2.0),
+        clock=clock, wall_clock=lambda: clock.now - 50.0 + created + 1)
+    cache.put("partitionpolicy", "ADDED", DYNAMIC)
     for _ in range(25):  # as if 25 pods had been released after 10 s each
         controller.state.waits.add(10.0)
-    created = 1_796_205_600.0  # the pods' creationTimestamp
-    clock.now = created + 1
     cache.put("node", "ADDED", node("node-a"))
     busy = {"profile": "7g.80gb", "start": 0, "gpuInstanceId": 0,
             "uuid": "MIG-00000000-0000-5000-0000-000000000000"}
@@ -576,19 +581,22 @@ def test_a_pod_may_reserve_once_it_has_waited_twice_the_median_recent_wait(
     cache.put("pod", "ADDED", pod("holder", "nvidia.com/mig-7g.80gb", gated=False,
                                   node_name="node-a"))
     cache.put("pod", "ADDED", pod("waits", "nvidia.com/mig-7g.80gb"))
-    while clock.now < created + 19.5:
+    def waited() -> float:
+        return clock.now - 50.0 + 1
+
+    while waited() < 19.5:
         clock.now += 1
         controller.tick()
     assert len(asked) == 1, "nothing changed and the pod is still too new to reserve"
     assert asked[0][0] == 20.0, "2 x the median recent wait of 10 s"
-    while clock.now < created + 21.5:
+    while waited() < 21.5:
         clock.now += 1
         controller.tick()
     assert len(asked) == 2, "20 s after its creation the pod may reserve: planned again"
     replanned_at = asked[1][1]
     assert replanned_at is not None
     assert replanned_at - created >= 20.0
-    while clock.now < created + 60:
+    while waited() < 60:
         clock.now += 1
         controller.tick()
     assert len(asked) == 2, "once it may reserve, time alone changes nothing until resync"

@@ -1026,7 +1026,7 @@ class Controller:
         inputs = (replace(snapshot, now=None),
                   frozenset((k, id(p)) for k, p in candidates.items()))
         if (inputs == state.last_inputs and now - state.last_plan_at < self.settings.resync_s
-                and now < state.reserve_due):
+                and self._wall() < state.reserve_due):
             # Nothing changed since these pods last found no room: planning again would
             # only repeat that answer (and its cost) every tick.
             state.batch_opened = None
