@@ -1112,10 +1112,7 @@ class Controller:
         demand_mix = _demand_mix(waiting)
         reserve_after = self.state.waits.reserve_after(settings.reserve_after_waits)
         self.state.reserve_after = reserve_after
-        self.state.reserve_due = min(
-            (p.creation_time + reserve_after for p in batch.pods
-             if snapshot.now is not None and p.creation_time + reserve_after > snapshot.now),
-            default=float("inf"))
+        self.state.reserve_due = float("inf")
         # On a large cluster, the best-fitting nodes first; every node when that leaves a pod
         # out (planner.narrow).
         narrowed = planner.narrow(snapshot, batch.pods, batch.room, index=index)
@@ -1128,6 +1125,15 @@ class Controller:
         result = planner.plan(snapshot, list(batch.pods), solver=settings.solver,
                               reservations=settings.reservations, recent_demand=demand_mix,
                               reserve_after_s=reserve_after)
+        # A pod left out that was too new to reserve may reserve once it is old enough: time
+        # alone changes this plan then (each such pod once; placed pods need no reservation).
+        left = {u.pod for u in result.unplaced}
+        now = snapshot.now
+        self.state.reserve_due = min(
+            (due for p in batch.pods
+             if p.key in left and now is not None
+             and (due := p.creation_time + reserve_after) > now),
+            default=float("inf"))
         return batch, result
 
     def _snapshot(self, pods: Mapping[str, RawObject], bound: Mapping[str, Mapping[str, int]],
