@@ -20,12 +20,12 @@ all. A restart during a ``List`` call is caught by the socket's identity changin
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from tessera.kubelet.errors import PodResourcesError
+from tessera.kubelet.plugins import socket_id
 from tessera.kubelet.podresources import PodResources
 
 __all__ = ["DEFAULT_SETTLE_S", "KubeletAllocations", "PodLister"]
@@ -38,7 +38,6 @@ ended during the restart never come back, so this bounds how long a reshape on t
 held back by them; a kubelet lists its pods within seconds of starting."""
 
 Allocations = dict[str, tuple[str, ...]]
-_FileId = tuple[int, int, int]
 
 
 class PodLister(Protocol):
@@ -55,7 +54,7 @@ class KubeletAllocations:
         self._socket_path = socket_path
         self._settle_s = settle_s
         self._clock = clock
-        self._kubelet: _FileId | None = None
+        self._kubelet: tuple[int, int, int] | None = None
         """The socket the last trusted answer came from."""
         self._held: frozenset[str] = frozenset()
         """Devices held in the last trusted answer."""
@@ -63,13 +62,13 @@ class KubeletAllocations:
         """Since when, and which devices, a restarted kubelet has yet to list again."""
 
     def read(self) -> Allocations | None:
-        before = _file_id(self._socket_path)
+        before = socket_id(self._socket_path)
         try:
             pods = self._client.list()
         except PodResourcesError as exc:
             log.warning("cannot read the kubelet's allocations: %s", exc)
             return None
-        after = _file_id(self._socket_path)
+        after = socket_id(self._socket_path)
         if before != after:
             log.info("the kubelet restarted while its allocations were read; reading again")
             return None
@@ -103,12 +102,3 @@ def _owners(pods: Iterable[PodResources]) -> Allocations:
                 for device_id in devices.device_ids:
                     found.setdefault(device_id, set()).add(f"{pod.namespace}/{pod.name}")
     return {device: tuple(sorted(names)) for device, names in found.items()}
-
-
-def _file_id(path: str) -> _FileId | None:
-    """Identity of the file at ``path``: a re-created socket has a new inode or ctime."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, st.st_ctime_ns

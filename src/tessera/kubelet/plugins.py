@@ -379,7 +379,7 @@ class PluginManager:
             if name not in self._servers:
                 self._servers[name] = DevicePluginServer(name, self._inventory, self._settings)
                 self._update(name, serving=False, registered=False)
-        kubelet = _socket_id(self._settings.kubelet_socket)
+        kubelet = socket_id(self._settings.kubelet_socket)
         for name, server in self._servers.items():
             if self._stop.is_set():
                 return
@@ -440,8 +440,9 @@ class PluginManager:
             self._changed.notify_all()
 
 
-def _socket_id(path: str) -> _SocketId | None:
-    """Identity of the file at ``path``: a re-created kubelet.sock has a new inode or ctime."""
+def socket_id(path: str) -> _SocketId | None:
+    """Identity of the file at ``path``: a socket the kubelet re-created (kubelet.sock, the
+    PodResources socket) has a new inode or ctime; None when there is none."""
     try:
         st = os.stat(path)
     except OSError:

@@ -72,6 +72,7 @@ from tessera.kubelet.dra import (
     KUBELET_REGISTRATION_DIAL_TIMEOUT_S,
     ClaimRef,
 )
+from tessera.kubelet.plugins import socket_id
 from tessera.kubelet.resourcenames import is_extended_resource_name
 
 ENDPOINT_STOP_GRACE_PERIOD_S = 300.0
@@ -849,7 +850,7 @@ class DraKubelet:
 
     def sync(self) -> list[DraRegistration]:
         """One reconciler pass; returns the registration attempts it made."""
-        present = {path: _socket_identity(path) for path in self.sockets()}
+        present = {path: socket_id(path) for path in self.sockets()}
         with self._lock:
             gone: list[_DraPlugin] = []
             kept: list[_DraPlugin] = []
@@ -879,7 +880,7 @@ class DraKubelet:
     def register(self, socket_path: str | os.PathLike[str]) -> DraRegistration:
         """Register the plugin behind one socket, as ``GenerateRegisterPluginFunc`` does."""
         path = os.fspath(socket_path)
-        identity = _socket_identity(path)
+        identity = socket_id(path)
         channel = _wire.unix_channel(path)
         try:
             return self._register(path, identity, channel)
@@ -1020,15 +1021,6 @@ def _claim(claim: ClaimRef) -> dra.Claim:
 def _go_quote(items: Sequence[str]) -> str:
     """A string slice as Go's ``%q`` prints it: ``["a" "b"]``."""
     return "[" + " ".join(json.dumps(item) for item in items) + "]"
-
-
-def _socket_identity(path: str) -> tuple[int, int, int] | None:
-    """A re-created socket has a new inode or ctime: the watcher's Create event."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
 def _go_rpc_error(error: grpc.RpcError) -> str:
