@@ -48,15 +48,22 @@ def test_a_spec_is_applied_and_advertised_without_restarting_anything(
     assert again.done == []  # idempotent: a second apply changes nothing
 
 
-def test_a_slice_held_by_a_pod_survives_a_repartition_that_wants_its_space(
-    agent_node: AgentNode,
-) -> None:
+def _two_1g_one_held(agent_node: AgentNode) -> tuple[Pod, str]:
+    """GPU 0 cut into two 1g.10gb slices, one admitted to pod ml/infer-0: the pod and its
+    slice (``profile@start``)."""
     agent_node.reconciler.reconcile(partition(mig(0, "1g.10gb@0", "1g.10gb@1")))
     agent_node.kubelet.wait_until(lambda k: k.allocatable().get(MIG_1G) == 2, timeout=10)
     pod = Pod("ml", "infer-0", (Container("main", {MIG_1G: 1}),))
     held = agent_node.kubelet.admit(pod)["main"][MIG_1G][0]
     held_slice = next(f"{i.profile}@{i.start}" for i in agent_node.backend.gpu_instances(0)
                       if i.uuid == held)
+    return pod, held_slice
+
+
+def test_a_slice_held_by_a_pod_survives_a_repartition_that_wants_its_space(
+    agent_node: AgentNode,
+) -> None:
+    pod, held_slice = _two_1g_one_held(agent_node)
 
     result = agent_node.reconciler.reconcile(
         partition(mig(0, "7g.80gb@0"), generation=2, plan_id="plan-2"))
@@ -82,12 +89,7 @@ def test_a_kubelet_restarting_with_no_pods_listed_yet_frees_no_slice(
 ) -> None:
     """A restarted kubelet answers PodResources before it knows its pods (an empty list): the
     agent must not take that for free slices while a repartition wants their space."""
-    agent_node.reconciler.reconcile(partition(mig(0, "1g.10gb@0", "1g.10gb@1")))
-    agent_node.kubelet.wait_until(lambda k: k.allocatable().get(MIG_1G) == 2, timeout=10)
-    pod = Pod("ml", "infer-0", (Container("main", {MIG_1G: 1}),))
-    held = agent_node.kubelet.admit(pod)["main"][MIG_1G][0]
-    held_slice = next(f"{i.profile}@{i.start}" for i in agent_node.backend.gpu_instances(0)
-                      if i.uuid == held)
+    _, held_slice = _two_1g_one_held(agent_node)
     agent_node.reconciler.reconcile(partition(mig(0, "1g.10gb@0", "1g.10gb@1")))  # seen held
 
     agent_node.kubelet.restart(pods_known=False)

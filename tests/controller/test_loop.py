@@ -514,9 +514,8 @@ def test_the_oldest_waiting_pod_s_age_and_each_pod_s_wait_are_measured() -> None
     assert counter.oldest[-1] == 0.0, "a released pod waits no more (the watch may lag)"
 
 
-def test_pods_that_do_not_fit_are_planned_again_only_when_something_changed() -> None:
-    counter = PlanCounter()
-    cache, recorder, controller, clock = setup(metrics=counter, resync_s=30.0)
+def _a_7g_waits_behind_a_busy_card(cache: ClusterCache) -> None:
+    """node-a's one card runs a 7g pod ("holder"); "waits" asks another 7g: it cannot fit."""
     cache.put("node", "ADDED", node("node-a"))
     busy = {"profile": "7g.80gb", "start": 0, "gpuInstanceId": 0,
             "uuid": "MIG-00000000-0000-5000-0000-000000000000"}
@@ -524,6 +523,12 @@ def test_pods_that_do_not_fit_are_planned_again_only_when_something_changed() ->
     cache.put("pod", "ADDED", pod("holder", "nvidia.com/mig-7g.80gb", gated=False,
                                   node_name="node-a"))
     cache.put("pod", "ADDED", pod("waits", "nvidia.com/mig-7g.80gb"))
+
+
+def test_pods_that_do_not_fit_are_planned_again_only_when_something_changed() -> None:
+    counter = PlanCounter()
+    cache, recorder, controller, clock = setup(metrics=counter, resync_s=30.0)
+    _a_7g_waits_behind_a_busy_card(cache)
     for _ in range(20):
         clock.now += 1
         controller.tick()
@@ -574,13 +579,7 @@ def test_a_pod_may_reserve_once_it_has_waited_twice_the_median_recent_wait(
     cache.put("partitionpolicy", "ADDED", DYNAMIC)
     for _ in range(25):  # as if 25 pods had been released after 10 s each
         controller.state.waits.add(10.0)
-    cache.put("node", "ADDED", node("node-a"))
-    busy = {"profile": "7g.80gb", "start": 0, "gpuInstanceId": 0,
-            "uuid": "MIG-00000000-0000-5000-0000-000000000000"}
-    cache.put("nodepartition", "ADDED", partition("node-a", [busy]))
-    cache.put("pod", "ADDED", pod("holder", "nvidia.com/mig-7g.80gb", gated=False,
-                                  node_name="node-a"))
-    cache.put("pod", "ADDED", pod("waits", "nvidia.com/mig-7g.80gb"))
+    _a_7g_waits_behind_a_busy_card(cache)
     def waited() -> float:
         return clock.now - 50.0 + 1
 

@@ -54,6 +54,26 @@ def core(cluster: Cluster) -> Iterator[client.CoreV1Api]:
     api.close()
 
 
+def _create_cuda_pod(core: client.CoreV1Api, prefix: str, count: int) -> str:
+    """A pod whose container "cuda" asks ``count`` of the plugin's devices; its name."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    core.create_namespaced_pod("default", client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1PodSpec(
+            termination_grace_period_seconds=0,
+            containers=[client.V1Container(
+                name="cuda", image="registry.k8s.io/pause:3.10",
+                resources=client.V1ResourceRequirements(limits={RESOURCE: str(count)}))])))
+    return name
+
+
+def _delete_pod(core: client.CoreV1Api, name: str) -> None:
+    """Delete the pod at once and wait until it is gone (the next test starts with none)."""
+    core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+    eventually(lambda: not [p for p in core.list_namespaced_pod("default").items
+                            if p.metadata.name == name], 30, f"pod {name} gone")
+
+
 def test_node_registers_ready_untainted_on_the_pinned_kubelet(
         cluster: Cluster, gpu_node: Node) -> None:
     node = cluster.get_node(gpu_node.name)
@@ -78,14 +98,7 @@ def test_plugin_devices_are_scheduled_allocated_and_listed(
         eventually(lambda: _allocatable(cluster, gpu_node) == 3, 20,
                    f"allocatable {RESOURCE} = 3")
 
-        name = f"two-slices-{uuid.uuid4().hex[:6]}"
-        core.create_namespaced_pod("default", client.V1Pod(
-            metadata=client.V1ObjectMeta(name=name),
-            spec=client.V1PodSpec(
-                termination_grace_period_seconds=0,
-                containers=[client.V1Container(
-                    name="cuda", image="registry.k8s.io/pause:3.10",
-                    resources=client.V1ResourceRequirements(limits={RESOURCE: "2"}))])))
+        name = _create_cuda_pod(core, "two-slices", 2)
         try:
             pod = eventually(
                 lambda: (p := core.read_namespaced_pod(name, "default")).status.phase
@@ -109,9 +122,7 @@ def test_plugin_devices_are_scheduled_allocated_and_listed(
             visible = created["envs"]["NVIDIA_VISIBLE_DEVICES"].split(",")
             assert sorted(visible) == ids
         finally:
-            core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
-            eventually(lambda: not [p for p in core.list_namespaced_pod("default").items
-                                    if p.metadata.name == name], 30, f"pod {name} gone")
+            _delete_pod(core, name)
 
 
 def test_a_restarting_kubelet_s_empty_pod_list_is_not_taken_for_free_devices(
@@ -124,14 +135,7 @@ def test_a_restarting_kubelet_s_empty_pod_list_is_not_taken_for_free_devices(
         assert plugins.wait_until_registered(timeout=10)
         eventually(lambda: _allocatable(cluster, gpu_node) == 3, 20,
                    f"allocatable {RESOURCE} = 3")
-        name = f"holds-{uuid.uuid4().hex[:6]}"
-        core.create_namespaced_pod("default", client.V1Pod(
-            metadata=client.V1ObjectMeta(name=name),
-            spec=client.V1PodSpec(
-                termination_grace_period_seconds=0,
-                containers=[client.V1Container(
-                    name="cuda", image="registry.k8s.io/pause:3.10",
-                    resources=client.V1ResourceRequirements(limits={RESOURCE: "1"}))])))
+        name = _create_cuda_pod(core, "holds", 1)
         try:
             eventually(lambda: core.read_namespaced_pod(name, "default").status.phase
                        == "Running", 60, f"pod {name} Running")
@@ -174,9 +178,7 @@ def test_a_restarting_kubelet_s_empty_pod_list_is_not_taken_for_free_devices(
                   f"unknown; the raw List {'did' if raw_empty.is_set() else 'did not'} "
                   "answer an empty pod list meanwhile")
         finally:
-            core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
-            eventually(lambda: not [p for p in core.list_namespaced_pod("default").items
-                                    if p.metadata.name == name], 30, f"pod {name} gone")
+            _delete_pod(core, name)
 
 
 def test_kubelet_restart_drops_capacity_until_the_plugin_registers_again(
