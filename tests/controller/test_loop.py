@@ -14,7 +14,7 @@ from tessera.api.v1alpha1 import (
     PartitionPolicyStatus,
 )
 from tessera.controller import loop
-from tessera.controller.demand import GATE
+from tessera.controller.demand import GATE, PLACEHOLDER_LABEL
 from tessera.controller.loop import ClusterCache, Controller, ControllerSettings, Metrics
 from tessera.controller.policies import policy_gpu_specs
 from tessera.controller.snapshot import build_snapshot
@@ -555,12 +555,8 @@ def test_pods_that_do_not_fit_are_planned_again_only_when_something_changed() ->
     assert counter.plans == 3
 
 
-def test_a_pod_may_reserve_once_it_has_waited_twice_the_median_recent_wait(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The planner is told how long a pod must have waited to reserve GPUs, and the time a
-    waiting pod becomes old enough is a change of its own: it is planned again then, not at
-    the next resync."""
+def _reserve_after_asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, float | None]]:
+    """Every plan's ``reserve_after_s`` and snapshot time, as the planner is asked them."""
     asked: list[tuple[float, float | None]] = []
     real_plan = planner.plan
 
@@ -569,6 +565,66 @@ def test_a_pod_may_reserve_once_it_has_waited_twice_the_median_recent_wait(
         return real_plan(snapshot, pods, *args, **kwargs)
 
     monkeypatch.setattr(planner, "plan", spy)
+    return asked
+
+
+def _ran(name: str, waited: str, *, placeholder: bool = False) -> dict[str, Any]:
+    """A pod bound elsewhere (node-z, not in the cache), created at 10:00:00 and bound at
+    10:``waited`` (minutes:seconds) by its PodScheduled condition."""
+    raw = pod(name, gated=False, node_name="node-z")
+    raw["status"]["conditions"] = [{"type": "PodScheduled", "status": "True",
+                                    "lastTransitionTime": f"2026-12-02T10:{waited}Z"}]
+    if placeholder:
+        raw["metadata"] = {**raw["metadata"], "namespace": "tessera",
+                           "labels": {PLACEHOLDER_LABEL: "a100-dynamic"}}
+    return raw
+
+
+def test_a_restarted_controller_takes_the_recent_waits_from_the_pods_bound_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new controller (a restart, a new leader) has released nothing yet: the pods the
+    cluster shows bound tell how long pods lately waited (creation to binding), so the
+    rule that a pod reserves GPUs only after twice the median wait holds from its first
+    plan, instead of reserving at once until 20 pods went through it."""
+    asked = _reserve_after_asked(monkeypatch)
+    cache, _, controller, clock = setup(reserve_after_waits=2.0)
+    clock.now = 1_796_205_600.0 + 3600
+    for i in range(15):
+        cache.put("pod", "ADDED", _ran(f"quick-{i}", "00:10"))
+    for i in range(10):
+        cache.put("pod", "ADDED", _ran(f"slow-{i}", "20:00"))
+    cache.put("pod", "ADDED", _ran("placeholder", "59:00", placeholder=True))
+    _a_7g_waits_behind_a_busy_card(cache)
+    for _ in range(3):
+        controller.tick()
+        clock.now += 1
+    assert asked[0][0] == 20.0, "2 x the median wait of the 25 bound pods (10 s)"
+    assert len(controller.state.waits) == 25, "the placeholder is no pod that waited"
+
+
+def test_a_dry_run_holds_pods_to_the_same_wait_as_the_live_controller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``tessera plan --kubeconfig`` builds a fresh controller over a listing of the live
+    cluster: its preview asks the planner for the same wait the live controller does."""
+    asked = _reserve_after_asked(monkeypatch)
+    cache, _, controller, _ = setup(reserve_after_waits=2.0)
+    for i in range(25):
+        cache.put("pod", "ADDED", _ran(f"quick-{i}", "00:10"))
+    _a_7g_waits_behind_a_busy_card(cache)
+    result = controller.preview()
+    assert [u.pod for u in result.unplaced] == ["ml/waits"]
+    assert [a[0] for a in asked] == [20.0]
+
+
+def test_a_pod_may_reserve_once_it_has_waited_twice_the_median_recent_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The planner is told how long a pod must have waited to reserve GPUs, and the time a
+    waiting pod becomes old enough is a change of its own: it is planned again then, not at
+    the next resync."""
+    asked = _reserve_after_asked(monkeypatch)
     cache = ClusterCache()
     clock = Clock()
     created = 1_796_205_600.0  # the pods' creationTimestamp (wall clock)

@@ -44,3 +44,20 @@ def test_a_clock_step_back_counts_as_no_wait() -> None:
 @pytest.mark.parametrize("factor", [1.0, 2.0, 3.0])
 def test_the_wait_asked_grows_with_the_factor(factor: float) -> None:
     assert waits(*([10.0] * AT_LEAST)).reserve_after(factor) == pytest.approx(10.0 * factor)
+
+
+def test_seeded_from_bound_pods_the_latest_kept_count_whatever_their_order() -> None:
+    found = RecentWaits()
+    # (bound at, waited): the KEPT latest bound waited 5 s; older ones waited long.
+    old = [(float(t), 900.0) for t in range(KEPT)]
+    new = [(float(KEPT + t), 5.0) for t in range(KEPT)]
+    assert found.seed([*new[::2], *old, *new[1::2]]) == KEPT
+    assert len(found) == KEPT
+    assert found.reserve_after(1.0) == 5.0
+
+
+def test_waits_measured_after_the_seed_are_the_newest() -> None:
+    found = waits(*([7.0] * KEPT))
+    found.seed((float(t), 900.0) for t in range(KEPT))
+    assert found.reserve_after(1.0) == 7.0, "released by this controller: they stay"
+    assert waits().seed([]) == 0

@@ -138,6 +138,11 @@ def test_a_restarted_controller_hands_freed_slices_to_waiting_pods(
     assert still == (waiting | {"late"}) - after
     assert len(still) == len(waiting) - 1
     assert "late" in still, "arrival order: the older waiting pods took the two slices"
+    # The new controller knows how long pods waited before it: from the bound pods' binding
+    # times on the real API server, not from releases of its own.
+    log = second.log_path.read_text(errors="replace")
+    assert f"recent waits: {len(running) - 2} taken from the pods bound" in log, \
+        second.log_tail(20)
 
     # Settled: nothing changes, so nothing is planned again (no hot loop), for 8 s.
     before = _plans(second.log_path.read_text(errors="replace"))

@@ -26,6 +26,7 @@ __all__ = [
     "is_waiting",
     "pending_pod",
     "pod_key",
+    "scheduled_at",
 ]
 
 GATE = "tessera.dev/placement"
@@ -114,6 +115,18 @@ def created_at(pod: RawPod) -> float | None:
     """The pod's creation time (epoch seconds), or None before the API server set it."""
     text = pod.get("metadata", {}).get("creationTimestamp")
     return _timestamp(text) if text else None
+
+
+def scheduled_at(pod: RawPod) -> float | None:
+    """When the scheduler bound the pod (epoch seconds, to the second): its ``PodScheduled``
+    condition's last transition to True; None while it is not bound."""
+    if not pod.get("spec", {}).get("nodeName"):
+        return None
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled":
+            text = condition.get("lastTransitionTime")
+            return _timestamp(text) if condition.get("status") == "True" and text else None
+    return None
 
 
 def _cpu_milli(value: Any) -> int:

@@ -424,7 +424,9 @@ class _State:
     """Placeholders this controller created that the cache does not show yet (with when):
     counted as existing, so a tick before the watch delivers them does not ask twice."""
     waits: RecentWaits = field(default_factory=RecentWaits)
-    """How long the pods this controller released lately waited (creation to release)."""
+    """How long the pods lately released waited (creation to release), starting from those
+    the cluster showed bound when this controller began to lead (:meth:`Controller._seed`)."""
+    seeded: bool = False
     reserve_after: float = 0.0
     """How long a pod had to have waited to reserve GPUs in the last plan (seconds)."""
     reserve_due: float = float("inf")
@@ -486,6 +488,26 @@ class Controller:
         self.state = _State()
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _seed(self, pods: Mapping[str, RawObject]) -> None:
+        """Once per lead: the recent waits, from the GPU pods the cluster shows bound (creation
+        to binding), so that a restarted controller, a new leader and a dry run hold pods to
+        the same wait before they reserve GPUs as the controller that released them did."""
+        state = self.state
+        if state.seeded:
+            return
+        state.seeded = True
+        bound: list[tuple[float, float]] = []
+        for key, raw in pods.items():
+            facts = self.cache.facts(key, raw)
+            at = demand.scheduled_at(raw)
+            if (at is not None and facts.created is not None and facts.requests
+                    and not demand.is_placeholder(raw, self.settings.namespace)):
+                bound.append((at, at - facts.created))
+        if state.waits.seed(bound):
+            log.info("recent waits: %d taken from the pods bound before this controller led; "
+                     "a pod reserves GPUs after %.0f s", len(state.waits),
+                     state.waits.reserve_after(self.settings.reserve_after_waits))
 
     def _inflight(self, partitions: Mapping[str, NodePartition], now: float) -> set[str]:
         state = self.state
@@ -596,6 +618,7 @@ class Controller:
             # controller.dra); the rest of the tick sees only device-plugin nodes and pods.
             pods = self._serve_dra(pods, dra.dra_nodes(nodes, on_dra), on_dra)
             nodes, partitions = _without(on_dra, nodes), _without(on_dra, partitions)
+        self._seed(pods)
         inflight = self._inflight(partitions, now)
         # What changed since a step last looked: the nodes' version (counted up whenever the
         # cache delivered a Node or NodePartition change) and the policies (few) by identity;
@@ -1091,6 +1114,7 @@ class Controller:
         if on_dra:  # as a tick: DRA's pods and nodes are the scheduler's
             pods = self._sort_dra(pods, dra.dra_nodes(nodes, on_dra), on_dra).kept
             nodes, partitions = _without(on_dra, nodes), _without(on_dra, partitions)
+        self._seed(pods)
         now = self._clock()
         inflight = self._inflight(partitions, now)
         facts = [self.cache.facts(k, p) for k, p in pods.items()

@@ -8,14 +8,19 @@ it would not have had. So the controller lets a pod reserve only once it has wai
 is the cluster's own measure of "soon", under light load (seconds) as under a backlog (hours).
 
 Measured on the simulation grid (bench/README.md, Planner objective, "A reservation only after
-a wait"). Until :data:`AT_LEAST` pods have been released (a new or restarted controller) there
-is no measure, and every pod may reserve at once, as without the rule.
+a wait"). The waits are kept in memory as pods are released; a controller that starts, or takes
+over the lead, first takes them from the pods the cluster shows bound (:meth:`RecentWaits.seed`:
+creation to the scheduler's binding, which follows the release by the scheduler's latency), so a
+restart or a failover does not drop the rule, and a dry run (``tessera plan --kubeconfig``)
+applies the same wait as the live controller. Until :data:`AT_LEAST` waits are known there is
+no measure, and every pod may reserve at once, as without the rule.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Iterable
 
 __all__ = ["AT_LEAST", "KEPT", "RecentWaits"]
 
@@ -32,6 +37,15 @@ class RecentWaits:
 
     def __init__(self) -> None:
         self._waits: deque[float] = deque(maxlen=KEPT)
+
+    def seed(self, bound: Iterable[tuple[float, float]]) -> int:
+        """Start from pods bound before this controller led: ``(bound at, waited)`` pairs in
+        any order, of which the :data:`KEPT` latest count, as older than any wait already
+        :meth:`add`-ed (those stay). Returns how many were taken."""
+        latest = sorted(bound)[-KEPT:]
+        self._waits = deque([*(max(0.0, waited) for _, waited in latest), *self._waits],
+                            maxlen=KEPT)
+        return len(latest)
 
     def add(self, waited_s: float) -> None:
         self._waits.append(max(0.0, waited_s))
