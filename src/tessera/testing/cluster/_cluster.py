@@ -41,6 +41,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from tessera.core.errors import TesseraError
+from tessera.kubelet.plugins import socket_id
 from tessera.testing.cluster import _pki, _process
 from tessera.testing.cluster._process import Process
 
@@ -396,13 +397,14 @@ class Node:
         ``kubelet.sock``; plugins must notice and register again. Returns once the new
         ``kubelet.sock`` exists and (with ``wait_ready``) the new kubelet has reported Ready.
         """
-        old = _file_id(self.kubelet_socket)
+        sock = str(self.kubelet_socket)
+        old = socket_id(sock)
         self.stop_kubelet()
         since = datetime.datetime.now(datetime.UTC)
         self._start_kubelet()
         assert self.kubelet is not None
         _wait(f"{self.name}'s new kubelet.sock",
-              lambda: self.kubelet_socket.is_socket() and _file_id(self.kubelet_socket) != old,
+              lambda: self.kubelet_socket.is_socket() and socket_id(sock) != old,
               timeout, [self.kubelet])
         if wait_ready:
             self.wait_ready(timeout, since=since)
@@ -435,16 +437,6 @@ def _folder(node: str) -> str:
     if len(node) <= 24:
         return node
     return f"{node[:15]}-{hashlib.sha256(node.encode()).hexdigest()[:8]}"
-
-
-def _file_id(path: Path) -> tuple[int, int, int] | None:
-    """Identity of a file across delete-and-recreate (inode numbers are reused at once, so the
-    change time is part of it)."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
 class Cluster:
