@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -38,6 +39,10 @@ def hollow(cluster: Cluster) -> Iterator[tuple[TesseraDeployment, HollowNodes]]:
         running.start_controller("c1", "--batch-idle-seconds", "0.3")
         yield running, nodes
     finally:
+        # The pods first, whatever the test did: a pod left Pending would be planned onto the
+        # next module's nodes (the pods here have no node selector).
+        running.core.delete_collection_namespaced_pod("default", label_selector="app=hollow",
+                                                      grace_period_seconds=0)
         nodes.stopped.set()
         worker.join(10)
         running.uninstall()
@@ -62,8 +67,23 @@ def test_hollow_nodes_report_their_cards_and_take_the_pods_the_controller_places
         pods = running.core.list_namespaced_pod("default", label_selector="app=hollow").items
         return [p.spec.node_name for p in pods if p.spec.node_name]
 
+    def state() -> dict[str, object]:
+        """On a timeout: where each pod is, what each node offers and reports."""
+        pods = running.core.list_namespaced_pod("default", label_selector="app=hollow").items
+        partitions: Any = running.custom.list_cluster_custom_object(
+            GROUP, VERSION, "nodepartitions")
+        return {
+            "pods": {p.metadata.name: (p.spec.node_name, p.status.phase,
+                                       [(c.type, c.status, c.reason, c.message)
+                                        for c in p.status.conditions or []])
+                     for p in pods},
+            "allocatable": {n: running.core.read_node(n).status.allocatable for n in NAMES},
+            "partitions": {i["metadata"]["name"]: (i.get("spec"), i.get("status"))
+                           for i in partitions.get("items", [])
+                           if i["metadata"]["name"] in NAMES}}
+
     placed = eventually(lambda: (found := bound()) and len(found) == 12 and found, 90,
-                        "all twelve pods bound by the scheduler")
+                        "all twelve pods bound by the scheduler", describe=state)
     assert sorted(set(placed)) == NAMES  # 12 x 3g.40gb = 6 GPUs: two per node
     node = running.core.read_node("hollow-a")
     assert node.status.allocatable["nvidia.com/mig-3g.40gb"] == "4"
@@ -71,5 +91,3 @@ def test_hollow_nodes_report_their_cards_and_take_the_pods_the_controller_places
     passes = nodes.passes
     eventually(lambda: nodes.passes >= passes + 2 * len(NAMES), 30, "two resyncs of each node")
     assert nodes.node_writes == writes, "nothing changed: no Node status written"
-    running.core.delete_collection_namespaced_pod("default", label_selector="app=hollow",
-                                                  grace_period_seconds=0)

@@ -60,6 +60,10 @@ def system(cluster: Cluster) -> Iterator[tuple[TesseraDeployment, Karpenter]]:
         eventually(lambda: running.reported(BASE), 30, "the base node's report")
         yield running, karpenter
     finally:
+        # This module's pods first, whatever its tests did: one left Pending would be planned
+        # onto the next module's nodes.
+        client.CoreV1Api(cluster.api_client()).delete_collection_namespaced_pod(
+            "default", label_selector="app=scale-up-e2e", grace_period_seconds=0)
         karpenter.stop()
         running.uninstall()
         # Nothing of this module may ask for nodes in the next one's.
@@ -93,6 +97,11 @@ def _placeholders(core: client.CoreV1Api) -> list[client.V1Pod]:
     return list(core.list_namespaced_pod(NAMESPACE, label_selector=PLACEHOLDER_LABEL).items)
 
 
+def _unschedulable(pod: client.V1Pod) -> bool:
+    marked = [(c.type, c.status, c.reason) for c in pod.status.conditions or []]
+    return ("PodScheduled", "False", "Unschedulable") in marked
+
+
 def _reasons(core: client.CoreV1Api, pod: str) -> list[tuple[str, str]]:
     events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={pod}")
     return [(e.reason or "", e.message or "") for e in events.items]
@@ -122,19 +131,19 @@ def test_with_scale_up_karpenter_adds_a_node_and_every_pod_runs(
     running.custom.patch_cluster_custom_object(GROUP, VERSION, "partitionpolicies", POLICY, {
         "spec": {"scaleUp": {"enabled": True, "models": ["A100-80GB"], "gpusPerNode": 2,
                              "delaySeconds": 2}}})
-    # Two 3g.40gb pods fill one A100-80GB: one placeholder asking one whole GPU.
-    placeholders = eventually(lambda: _placeholders(core), 30, "a placeholder pod")
+    # Two 3g.40gb pods fill one A100-80GB: one placeholder asking one whole GPU. No scheduler
+    # binds it (so it never holds a GPU); the controller marks it Unschedulable, which is what
+    # the autoscaler acts on. The mark is a status write after the create, so wait for it.
+    placeholders = eventually(lambda: (found := _placeholders(core)) and all(
+        _unschedulable(p) for p in found) and found, 30, "a placeholder pod marked Unschedulable",
+        describe=lambda: [(p.metadata.name, p.status.conditions) for p in _placeholders(core)])
     assert len(placeholders) == 1
     placeholder = placeholders[0]
     requests = placeholder.spec.containers[0].resources.requests
     assert requests == {"nvidia.com/gpu": "1"}
     assert placeholder.spec.node_selector == POOL
-    # No scheduler binds it (so it never holds a GPU); the controller marks it Unschedulable,
-    # which is what the autoscaler acts on.
     assert placeholder.spec.scheduler_name == "tessera-placeholder"
     assert not placeholder.spec.node_name
-    marked = [(c.type, c.status, c.reason) for c in placeholder.status.conditions or []]
-    assert ("PodScheduled", "False", "Unschedulable") in marked
     assert placeholder.spec.priority_class_name == "tessera-placeholder"
     assert placeholder.spec.priority == -5
     assert not placeholder.spec.scheduling_gates  # the admission gate leaves it alone
