@@ -20,6 +20,12 @@ from ._util import eventually
 
 LABELS = {"tessera.dev/hollow": "true"}
 NAMES = ["hollow-a", "hollow-b", "hollow-c"]
+APP = {"app": "hollow"}
+SELECTOR = ",".join(f"{k}={v}" for k, v in APP.items())
+
+
+def _pods(core: client.CoreV1Api) -> list[client.V1Pod]:
+    return list(core.list_namespaced_pod("default", label_selector=SELECTOR).items)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +47,7 @@ def hollow(cluster: Cluster) -> Iterator[tuple[TesseraDeployment, HollowNodes]]:
     finally:
         # The pods first, whatever the test did: a pod left Pending would be planned onto the
         # next module's nodes (the pods here have no node selector).
-        running.core.delete_collection_namespaced_pod("default", label_selector="app=hollow",
+        running.core.delete_collection_namespaced_pod("default", label_selector=SELECTOR,
                                                       grace_period_seconds=0)
         nodes.stopped.set()
         worker.join(10)
@@ -57,26 +63,24 @@ def test_hollow_nodes_report_their_cards_and_take_the_pods_the_controller_places
     eventually(lambda: nodes.reported() == len(NAMES), 30, "every hollow node's report")
     for i in range(12):
         running.core.create_namespaced_pod("default", client.V1Pod(
-            metadata=client.V1ObjectMeta(name=f"h-{i}", labels={"app": "hollow"}),
+            metadata=client.V1ObjectMeta(name=f"h-{i}", labels=APP),
             spec=client.V1PodSpec(containers=[client.V1Container(
                 name="c", image="registry.invalid/x:1",
                 resources=client.V1ResourceRequirements(
                     limits={"nvidia.com/mig-3g.40gb": "1"}))])))
 
     def bound() -> list[str]:
-        pods = running.core.list_namespaced_pod("default", label_selector="app=hollow").items
-        return [p.spec.node_name for p in pods if p.spec.node_name]
+        return [p.spec.node_name for p in _pods(running.core) if p.spec.node_name]
 
     def state() -> dict[str, object]:
         """On a timeout: where each pod is, what each node offers and reports."""
-        pods = running.core.list_namespaced_pod("default", label_selector="app=hollow").items
         partitions: Any = running.custom.list_cluster_custom_object(
             GROUP, VERSION, "nodepartitions")
         return {
             "pods": {p.metadata.name: (p.spec.node_name, p.status.phase,
                                        [(c.type, c.status, c.reason, c.message)
                                         for c in p.status.conditions or []])
-                     for p in pods},
+                     for p in _pods(running.core)},
             "allocatable": {n: running.core.read_node(n).status.allocatable for n in NAMES},
             "partitions": {i["metadata"]["name"]: (i.get("spec"), i.get("status"))
                            for i in partitions.get("items", [])

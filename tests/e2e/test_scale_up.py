@@ -35,6 +35,7 @@ POLICY = "scale-pool"
 INSTANCE_TYPE = "gpu-2x-a100-80gb"
 MIG_3G = "nvidia.com/mig-3g.40gb"
 APP = {"app": "scale-up-e2e"}
+SELECTOR = ",".join(f"{k}={v}" for k, v in APP.items())
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,7 @@ def system(cluster: Cluster) -> Iterator[tuple[TesseraDeployment, Karpenter]]:
         # This module's pods first, whatever its tests did: one left Pending would be planned
         # onto the next module's nodes.
         client.CoreV1Api(cluster.api_client()).delete_collection_namespaced_pod(
-            "default", label_selector="app=scale-up-e2e", grace_period_seconds=0)
+            "default", label_selector=SELECTOR, grace_period_seconds=0)
         karpenter.stop()
         running.uninstall()
         # Nothing of this module may ask for nodes in the next one's.
@@ -90,7 +91,7 @@ def _pod(name: str) -> client.V1Pod:
 
 
 def _pods(core: client.CoreV1Api) -> list[client.V1Pod]:
-    return list(core.list_namespaced_pod("default", label_selector="app=scale-up-e2e").items)
+    return list(core.list_namespaced_pod("default", label_selector=SELECTOR).items)
 
 
 def _placeholders(core: client.CoreV1Api) -> list[client.V1Pod]:
