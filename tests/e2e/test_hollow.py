@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client
 
 from tessera.api.v1alpha1 import GROUP, VERSION
+from tessera.controller.demand import GATE
 from tessera.testing.cluster import Cluster
 from tessera.testing.deployment import TesseraDeployment
 from tessera.testing.hollow import HollowNodes
@@ -62,12 +63,15 @@ def test_hollow_nodes_report_their_cards_and_take_the_pods_the_controller_places
     running, nodes = hollow
     eventually(lambda: nodes.reported() == len(NAMES), 30, "every hollow node's report")
     for i in range(12):
-        running.core.create_namespaced_pod("default", client.V1Pod(
+        created = running.core.create_namespaced_pod("default", client.V1Pod(
             metadata=client.V1ObjectMeta(name=f"h-{i}", labels=APP),
             spec=client.V1PodSpec(containers=[client.V1Container(
                 name="c", image="registry.invalid/x:1",
                 resources=client.V1ResourceRequirements(
                     limits={"nvidia.com/mig-3g.40gb": "1"}))])))
+        # Gated, so the controller places it: one the scheduler took itself could take the
+        # slice the controller pinned another pod to (install waits for the policy for this).
+        assert [g.name for g in created.spec.scheduling_gates or []] == [GATE]
 
     def bound() -> list[str]:
         return [p.spec.node_name for p in _pods(running.core) if p.spec.node_name]

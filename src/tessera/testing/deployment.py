@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -26,6 +27,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tessera.api.v1alpha1 import GROUP, VERSION
+from tessera.controller.demand import GATE
 from tessera.nvml.sim.state import new_node_state
 from tessera.nvml.sim.store import write_new_state_file
 from tessera.testing import mps_control
@@ -98,12 +100,38 @@ class TesseraDeployment:
                   "--set", "controller.enabled=false", *extra, "--wait", "--timeout", "120s")
         self.cluster.wait_for_service_account(self.namespace, "tessera-agent")
         self.cluster.wait_for_service_account(self.namespace, "tessera-controller")
+        self.wait_for_gate()
         self.scratch.mkdir(exist_ok=True)
         _token_kubeconfig(self.cluster, self.core, self.namespace, "tessera-agent",
                           self.agent_kubeconfig)
         _token_kubeconfig(self.cluster, self.core, self.namespace, "tessera-controller",
                           self.controller_kubeconfig)
         return self
+
+    def wait_for_gate(self, timeout_s: float = 60.0) -> None:
+        """Until the chart's admission policy gates a new GPU pod. helm's ``--wait`` does not
+        cover it: the API server loads a new MutatingAdmissionPolicy and its binding through
+        its own informers a moment later (0.4 to 0.9 s on an idle machine), and a pod created
+        meanwhile goes to the scheduler ungated. The scheduler binds such a pod wherever a
+        slice shows, while the controller counts it on the node it planned: the slice it took
+        may be one the controller then pins a gated pod to, and a pinned pod cannot move.
+        Asked by a server-side dry run, which runs admission and stores nothing."""
+        probe: Any = {"apiVersion": "v1", "kind": "Pod",
+                      "metadata": {"name": "tessera-gate-probe", "namespace": "default"},
+                      "spec": {"containers": [{
+                          "name": "probe", "image": "registry.invalid/probe:1",
+                          "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            created = self.core.create_namespaced_pod("default", probe, dry_run="All")
+            gates = created.spec.scheduling_gates if created.spec is not None else None
+            if any(g.name == GATE for g in gates or []):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the chart's admission policy did not gate a GPU pod "
+                                   f"{timeout_s:.0f} s after helm install: see the API "
+                                   "server's log for the MutatingAdmissionPolicy")
+            time.sleep(0.2)
 
     def uninstall(self) -> None:
         for process in self.controllers:
