@@ -1,14 +1,16 @@
-"""The controller process around the loop: it plans only on a cache that holds the cluster."""
+"""The controller process around the loop: it plans only on a cache that holds the cluster, and
+says in an Event what each release did."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tessera.controller.loop import ClusterCache
-from tessera.controller.operator import prime, prime_until_done
+from tessera.controller.operator import ApiWriter, prime, prime_until_done
 from tests.controller.test_loop import DYNAMIC, node, partition, pod
 
 
@@ -45,3 +47,27 @@ def test_a_stopped_controller_gives_up_priming_without_claiming_a_sync() -> None
     stop.set()
     prime_until_done(cache, _listers([5]), stop, synced, first_delay=0.01)
     assert not synced.is_set()
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.posted: list[dict[str, Any]] = []
+
+    def record(self, **event: Any) -> None:
+        self.posted.append(event)
+
+
+class _NoWrites:
+    def release(self, *args: Any, **kwargs: Any) -> bool:
+        raise AssertionError("a pod without the gate cannot be pinned: nothing to write")
+
+
+def test_a_pod_never_gated_is_not_written_and_its_event_does_not_claim_a_pin() -> None:
+    events = _Events()
+    writer = ApiWriter(client.ApiClient(), events)  # type: ignore[arg-type]
+    writer._pods = _NoWrites()  # type: ignore[assignment]
+    writer.release_pod("ml/late", "node-a", "node-a", gated=False)
+    [event] = events.posted
+    assert (event["name"], event["namespace"], event["reason"]) == ("late", "ml", "NotGated")
+    assert "room made on node-a" in event["message"]
+    assert "cannot be pinned" in event["message"]

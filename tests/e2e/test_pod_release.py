@@ -75,7 +75,7 @@ def test_a_release_from_the_watched_copy_is_one_request(core: client.CoreV1Api) 
     name = seen["metadata"]["name"]
     pods, counting = _pods(core)
     try:
-        assert pods.release("default", name, GATE, PIN, True, seen=seen)
+        assert pods.release("default", name, GATE, PIN, seen=seen)
         assert counting.calls == ["PATCH"]
         live = core.read_namespaced_pod(name, "default").spec
         assert [g.name for g in live.scheduling_gates] == ["other.example/gate"]
@@ -93,13 +93,13 @@ def test_a_pod_changed_since_the_watch_is_released_from_a_fresh_read(
     core.patch_namespaced_pod(name, "default", {"spec": {"nodeSelector": {"zone": "a"}}})
     pods, counting = _pods(core)
     try:
-        assert pods.release("default", name, GATE, PIN, True, seen=seen)
+        assert pods.release("default", name, GATE, PIN, seen=seen)
         assert counting.calls == ["PATCH", "GET", "PATCH"]  # refused, read, released
         live = core.read_namespaced_pod(name, "default").spec
         assert live.node_selector == {"zone": "a", **PIN}
         assert [g.name for g in live.scheduling_gates] == ["other.example/gate"]
         # Released already: a second release from the same old copy changes nothing.
-        assert not pods.release("default", name, GATE, PIN, True, seen=seen)
+        assert not pods.release("default", name, GATE, PIN, seen=seen)
         assert core.read_namespaced_pod(name, "default").spec.node_selector == {
             "zone": "a", **PIN}
     finally:
@@ -111,5 +111,5 @@ def test_a_pod_gone_is_not_released(core: client.CoreV1Api) -> None:
     name = seen["metadata"]["name"]
     core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
     pods, counting = _pods(core)
-    assert not pods.release("default", name, GATE, PIN, True, seen=seen)
+    assert not pods.release("default", name, GATE, PIN, seen=seen)
     assert counting.calls == ["PATCH"]

@@ -260,6 +260,35 @@ def test_only_the_controller_may_lift_the_placement_gate(system: System) -> None
         system.core.delete_namespaced_pod("jumps-the-queue", "default", grace_period_seconds=0)
 
 
+def test_a_namespace_opted_out_of_the_gate_still_gets_its_slices_made(system: System) -> None:
+    """The chart's documented opt-out (namespace label ``tessera.dev/placement=disabled``):
+    its pods are not gated, so the scheduler places them and the controller only makes the
+    slices; no Event claims the pod was pinned."""
+    system.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name="opted-out", labels={"tessera.dev/placement": "disabled"})))
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "own-scheduling", "namespace": "opted-out"},
+            "spec": {"nodeSelector": POOL,
+                     "containers": [{"name": "main", "image": "registry.invalid/infer:1",
+                                     "resources": {"limits": {
+                                         "nvidia.com/mig-4g.40gb": "1"}}}]}}
+    try:
+        created = system.core.create_namespaced_pod("opted-out", body)
+        assert not created.spec.scheduling_gates
+        eventually(lambda: system.core.read_namespaced_pod("own-scheduling", "opted-out")
+                   .status.phase == "Running", 90, "the pod Running on a slice made for it")
+        # The controller planned it (the slice is one it made); whether it also saw the pod
+        # still unbound once the slice showed, and said NotGated, is a race with the
+        # scheduler. What it must never say is that it pinned the pod.
+        events = dict(eventually(lambda: dict(_events(system, "opted-out", "own-scheduling"))
+                                 .keys() >= {"Placed"} and _events(system, "opted-out",
+                                                                   "own-scheduling"),
+                                 30, "the controller's Placed event"))
+        assert "Released" not in events, events
+    finally:
+        system.core.delete_namespace("opted-out", grace_period_seconds=0)
+
+
 def _client(kubeconfig: Path) -> client.ApiClient:
     from kubernetes import config  # noqa: PLC0415
 

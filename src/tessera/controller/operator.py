@@ -156,16 +156,30 @@ class ApiWriter:
         the pod changed since the cache saw it), and a burst of a thousand released one by
         one took minutes (bench/scale_bench.py). The
         loop's bookkeeping does not wait: a release the API server refuses (the pod went,
-        or changed) leaves the pod gated, and it is planned again."""
-        self._releases.submit(self._release, pod, node, hostname, gated, seen)
+        or changed) leaves the pod gated, and it is planned again.
 
-    def _release(self, pod: str, node: str, hostname: str, gated: bool,
+        A pod that never carried the gate cannot be pinned (Kubernetes lets a pod's node
+        selector change only while it is gated): nothing is written, and its Event says so
+        instead of claiming a pin. It was created before the chart's admission policy took
+        effect, or in a namespace the policy skips; the scheduler places it where a slice
+        shows, which may not be the node the plan made room on."""
+        if not gated:
+            namespace, name = pod.split("/", 1)
+            self._events.record(
+                kind="Pod", name=name, namespace=namespace, api_version="v1",
+                reason="NotGated", message=f"room made on {node}, but the pod is not "
+                f"gated ({GATE}), so it cannot be pinned there: the scheduler places it "
+                "where a slice shows (created before the admission policy took effect, or "
+                "in a namespace it skips)", dedupe_s=0)
+            return
+        self._releases.submit(self._release, pod, node, hostname, seen)
+
+    def _release(self, pod: str, node: str, hostname: str,
                  seen: Mapping[str, Any] | None) -> None:
         namespace, name = pod.split("/", 1)
         try:
             released = self._pods.release(namespace, name, GATE,
-                                          {"kubernetes.io/hostname": hostname}, gated,
-                                          seen=seen)
+                                          {"kubernetes.io/hostname": hostname}, seen=seen)
         except Exception:
             log.exception("releasing %s onto %s failed", pod, node)
             return
@@ -186,7 +200,7 @@ class ApiWriter:
 
     def release_to_dra(self, pod: str, selector: Mapping[str, str]) -> bool:
         namespace, name = pod.split("/", 1)
-        released = self._pods.release(namespace, name, GATE, selector, True)
+        released = self._pods.release(namespace, name, GATE, selector)
         if released:
             where = (" on nodes " + ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
                      if selector else "")

@@ -22,8 +22,8 @@ class Pods:
     def __init__(self, api: client.ApiClient) -> None:
         self._core = client.CoreV1Api(api)
 
-    def release(self, namespace: str, name: str, gate: str, labels: Mapping[str, str],
-                gated: bool, *, seen: Mapping[str, Any] | None = None) -> bool:
+    def release(self, namespace: str, name: str, gate: str, labels: Mapping[str, str], *,
+                seen: Mapping[str, Any] | None = None) -> bool:
         """Add ``labels`` to the node selector (a node's hostname pins it there; the DRA node
         selector hands it to DRA nodes) and ungate; False if the pod is gone or no longer
         carries the gate.
@@ -36,9 +36,9 @@ class Pods:
         if seen is not None and version:
             spec = seen.get("spec") or {}
             gates = [g.get("name") for g in spec.get("schedulingGates") or []]
-            ops = _release_ops(spec.get("nodeSelector"), gates, gate, labels, gated)
-            if not ops:
-                return ops is not None
+            ops = _release_ops(spec.get("nodeSelector"), gates, gate, labels)
+            if ops is None:
+                return False
             guarded = [{"op": "test", "path": "/metadata/resourceVersion", "value": version},
                        *ops]
             try:
@@ -57,10 +57,9 @@ class Pods:
             raise
         live = pod.spec or client.V1PodSpec(containers=[])
         ops = _release_ops(live.node_selector, [g.name for g in live.scheduling_gates or []],
-                           gate, labels, gated)
-        if not ops:
-            # Empty: not gated, the scheduler places it once capacity shows; None: gate gone.
-            return ops is not None
+                           gate, labels)
+        if ops is None:
+            return False
         try:
             self._core.patch_namespaced_pod(name, namespace, ops)
         except ApiException as exc:
@@ -98,12 +97,10 @@ class Pods:
 
 
 def _release_ops(node_selector: Mapping[str, str] | None, gates: list[str], gate: str,
-                 labels: Mapping[str, str], gated: bool) -> list[dict[str, Any]] | None:
-    """The JSON patch that pins and ungates a pod with this selector and these gates: empty
-    when there is nothing to do (the pod is not gated), None when the gate is gone."""
+                 labels: Mapping[str, str]) -> list[dict[str, Any]] | None:
+    """The JSON patch that pins and ungates a pod with this selector and these gates; None
+    when the gate is gone (released already)."""
     ops: list[dict[str, Any]] = []
-    if not gated:
-        return ops
     if gate not in gates:
         return None
     if node_selector is None:
