@@ -34,6 +34,8 @@ NODE = "dra-a100"
 OTHER = "dra-b100"
 SHARED = "dra-l4"
 MIG_1G = "nvidia.com/mig-1g.10gb"
+APP = {"app": "dra-e2e"}
+SELECTOR = ",".join(f"{k}={v}" for k, v in APP.items())
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +65,7 @@ def _pool(system: TesseraDeployment, node: str = NODE) -> list[dict[str, Any]]:
 
 def _pod(name: str, resource: str = MIG_1G) -> client.V1Pod:
     return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, labels={"app": "dra-e2e"}),
+        metadata=client.V1ObjectMeta(name=name, labels=APP),
         spec=client.V1PodSpec(
             termination_grace_period_seconds=0,
             containers=[client.V1Container(
@@ -96,10 +98,10 @@ def _scratch_pod(system: TesseraDeployment, name: str, resource: str) -> Iterato
 
 
 def _delete_all(system: TesseraDeployment) -> None:
-    system.core.delete_collection_namespaced_pod("default", label_selector="app=dra-e2e",
+    system.core.delete_collection_namespaced_pod("default", label_selector=SELECTOR,
                                                  grace_period_seconds=0)
     eventually(lambda: not system.core.list_namespaced_pod(
-        "default", label_selector="app=dra-e2e").items, 60, "the test's pods gone")
+        "default", label_selector=SELECTOR).items, 60, "the test's pods gone")
     # The kubelet unprepares a claim after its pod is gone from the API: the slice goes then.
     eventually(lambda: not _slices(system), 60, "every slice destroyed once its pod is gone")
 
@@ -307,7 +309,7 @@ def test_a_dra_native_claim_by_memory_gets_the_first_slice_that_big(
                                              "resourceclaimtemplates", template)
     name = f"native-{uuid.uuid4().hex[:5]}"
     body = {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {"app": "dra-e2e"}},
+            "metadata": {"name": name, "labels": APP},
             "spec": {"terminationGracePeriodSeconds": 0,
                      "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "mig-20g"}],
                      "containers": [{"name": "cuda", "image": "registry.invalid/infer:1",
