@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -25,3 +25,8 @@ def eventually(probe: Callable[[], T | None], timeout: float, what: str,
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; "
                                  f"last: {last!r}{seen}")
         time.sleep(interval)
+
+
+def selector(labels: Mapping[str, str]) -> str:
+    """``labels`` as a label selector (``k=v,...``): a module names its pods' labels once."""
+    return ",".join(f"{k}={v}" for k, v in labels.items())

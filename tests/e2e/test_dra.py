@@ -26,7 +26,7 @@ from tessera.nvml.sim.store import load_state_file
 from tessera.testing.cluster import Cluster
 from tessera.testing.deployment import TesseraDeployment
 
-from ._util import eventually
+from ._util import eventually, selector
 
 NAMESPACE = "tessera"
 DRA_LABELS = {"tessera.dev/api": "dra"}
@@ -35,7 +35,7 @@ OTHER = "dra-b100"
 SHARED = "dra-l4"
 MIG_1G = "nvidia.com/mig-1g.10gb"
 APP = {"app": "dra-e2e"}
-SELECTOR = ",".join(f"{k}={v}" for k, v in APP.items())
+SELECTOR = selector(APP)
 
 
 @pytest.fixture(scope="module")

@@ -17,12 +17,12 @@ from tessera.testing.cluster import Cluster
 from tessera.testing.deployment import TesseraDeployment
 from tessera.testing.hollow import HollowNodes
 
-from ._util import eventually
+from ._util import eventually, selector
 
 LABELS = {"tessera.dev/hollow": "true"}
 NAMES = ["hollow-a", "hollow-b", "hollow-c"]
 APP = {"app": "hollow"}
-SELECTOR = ",".join(f"{k}={v}" for k, v in APP.items())
+SELECTOR = selector(APP)
 
 
 def _pods(core: client.CoreV1Api) -> list[client.V1Pod]:

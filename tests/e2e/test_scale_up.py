@@ -26,7 +26,7 @@ from tessera.testing.cluster import Cluster
 from tessera.testing.deployment import TesseraDeployment
 from tessera.testing.karpenter import Karpenter, KarpenterMissingError, gpu_instance_type
 
-from ._util import eventually
+from ._util import eventually, selector
 
 NAMESPACE = "tessera"
 POOL = {"tessera.dev/pool": "scale-up"}
@@ -35,7 +35,7 @@ POLICY = "scale-pool"
 INSTANCE_TYPE = "gpu-2x-a100-80gb"
 MIG_3G = "nvidia.com/mig-3g.40gb"
 APP = {"app": "scale-up-e2e"}
-SELECTOR = ",".join(f"{k}={v}" for k, v in APP.items())
+SELECTOR = selector(APP)
 
 
 @pytest.fixture(scope="module")

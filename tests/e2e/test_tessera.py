@@ -73,6 +73,15 @@ def _deployment(name: str, replicas: int, resource: str, count: int = 1) -> dict
                                      "resources": {"limits": {resource: str(count)}}}]}}}}
 
 
+def _pool_pod(name: str, resource: str, namespace: str = "default") -> dict[str, Any]:
+    """A pod asking one ``resource`` on the pool's nodes."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"nodeSelector": POOL,
+                     "containers": [{"name": "main", "image": "registry.invalid/infer:1",
+                                     "resources": {"limits": {resource: "1"}}}]}}
+
+
 def _running_pods(system: System, app: str) -> list[Any]:
     pods = system.core.list_namespaced_pod("default", label_selector=f"app={app}").items
     return [p for p in pods if p.status.phase == "Running"]
@@ -266,24 +275,17 @@ def test_a_namespace_opted_out_of_the_gate_still_gets_its_slices_made(system: Sy
     slices; no Event claims the pod was pinned."""
     system.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
         name="opted-out", labels={"tessera.dev/placement": "disabled"})))
-    body = {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "own-scheduling", "namespace": "opted-out"},
-            "spec": {"nodeSelector": POOL,
-                     "containers": [{"name": "main", "image": "registry.invalid/infer:1",
-                                     "resources": {"limits": {
-                                         "nvidia.com/mig-4g.40gb": "1"}}}]}}
     try:
-        created = system.core.create_namespaced_pod("opted-out", body)
+        created = system.core.create_namespaced_pod(
+            "opted-out", _pool_pod("own-scheduling", "nvidia.com/mig-4g.40gb", "opted-out"))
         assert not created.spec.scheduling_gates
         eventually(lambda: system.core.read_namespaced_pod("own-scheduling", "opted-out")
                    .status.phase == "Running", 90, "the pod Running on a slice made for it")
         # The controller planned it (the slice is one it made); whether it also saw the pod
         # still unbound once the slice showed, and said NotGated, is a race with the
         # scheduler. What it must never say is that it pinned the pod.
-        events = dict(eventually(lambda: dict(_events(system, "opted-out", "own-scheduling"))
-                                 .keys() >= {"Placed"} and _events(system, "opted-out",
-                                                                   "own-scheduling"),
-                                 30, "the controller's Placed event"))
+        events = eventually(lambda: "Placed" in (found := dict(_events(
+            system, "opted-out", "own-scheduling"))) and found, 30, "the controller's Placed event")
         assert "Released" not in events, events
     finally:
         system.core.delete_namespace("opted-out", grace_period_seconds=0)
@@ -309,13 +311,8 @@ def test_when_the_leader_dies_the_other_replica_plans(system: System) -> None:
     system.controllers.remove(process)
     other = "c2" if leader == "c1" else "c1"
     eventually(lambda: _leader(system) == other, 40, f"{other} takes the lease")
-    body = {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "after-failover", "namespace": "default"},
-            "spec": {"nodeSelector": POOL,
-                     "containers": [{"name": "main", "image": "registry.invalid/infer:1",
-                                     "resources": {"limits": {
-                                         "nvidia.com/mig-2g.20gb": "1"}}}]}}
-    system.core.create_namespaced_pod("default", body)
+    system.core.create_namespaced_pod("default",
+                                      _pool_pod("after-failover", "nvidia.com/mig-2g.20gb"))
     eventually(lambda: system.core.read_namespaced_pod("after-failover", "default")
                .status.phase == "Running", 90, "the pod Running after the failover")
     system.start_controller(leader, "--batch-idle-seconds", "0.3", "--batch-max-seconds", "2")

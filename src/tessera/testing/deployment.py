@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -121,17 +120,14 @@ class TesseraDeployment:
                       "spec": {"containers": [{
                           "name": "probe", "image": "registry.invalid/probe:1",
                           "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def gated() -> bool:
             created = self.core.create_namespaced_pod("default", probe, dry_run="All")
             gates = created.spec.scheduling_gates if created.spec is not None else None
-            if any(g.name == GATE for g in gates or []):
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the chart's admission policy did not gate a GPU pod "
-                                   f"{timeout_s:.0f} s after helm install: see the API "
-                                   "server's log for the MutatingAdmissionPolicy")
-            time.sleep(0.2)
+            return any(g.name == GATE for g in gates or [])
+
+        self.cluster.wait_until("the chart's admission policy to gate a GPU pod after helm "
+                                "install", gated, timeout_s)
 
     def uninstall(self) -> None:
         for process in self.controllers:

@@ -528,6 +528,12 @@ class Cluster:
         node: dict[str, Any] = json.loads(response.data)
         return node
 
+    def wait_until(self, what: str, check: Callable[[], bool], timeout: float = 30.0) -> float:
+        """Poll ``check`` until it is true, failing early with its log if the API server exits
+        meanwhile; the seconds it took. For what only the API server settles (an admission
+        policy loaded, an object defaulted)."""
+        return _wait(what, check, timeout, [p for p in (self.apiserver,) if p is not None])
+
     def wait_for_service_account(self, namespace: str, name: str = "default",
                                  timeout: float = 30.0) -> None:
         """Wait until the controller manager has created ``namespace``'s service account;
