@@ -16,6 +16,9 @@ import pytest
 import yaml
 
 from tessera.api.v1alpha1 import PartitionPolicySpec
+from tessera.cli.controller_cmd import settings_of
+from tessera.cli.main import build_parser
+from tessera.controller.loop import ControllerSettings
 from tessera.testing.cluster._cluster import Binaries
 from tessera.testing.cluster.fixtures import require_binaries
 
@@ -49,6 +52,9 @@ def test_the_chart_lints_clean(binaries: Binaries) -> None:
     ("agent.nvml=fake", "at '/agent/nvml': 'fake' does not match pattern"),
     ("controler.replicas=3", "additional properties 'controler' not allowed"),
     ("controller.replicas=0", "at '/controller/replicas'"),
+    ("controller.reservations=-1", "at '/controller/reservations'"),
+    ("controller.reservations=0.5", "at '/controller/reservations'"),
+    ("controller.reserveAfterWaits=-1", "at '/controller/reserveAfterWaits'"),
     ("admission.failurePolicy=Sometimes", "at '/admission/failurePolicy'"),
     ("defaultPolicy.spec.mode=greedy", "at '/defaultPolicy/spec/mode'"),
 ])
@@ -74,6 +80,25 @@ def test_the_controller_has_a_disruption_budget_when_it_has_a_standby(
     assert budget["spec"]["maxUnavailable"] == 1
     assert not [d for d in render(binaries, "controller.replicas=1")
                 if d["kind"] == "PodDisruptionBudget"]
+
+
+def controller_args(binaries: Binaries, *sets: str) -> list[str]:
+    (deployment,) = [d for d in render(binaries, *sets) if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return typing.cast(list[str], container["args"])
+
+
+def test_the_controller_parses_every_flag_the_chart_gives_it(binaries: Binaries) -> None:
+    """The chart's defaults are ControllerSettings' own, and the values an admin sets reach the
+    controller's settings through its flags."""
+    parse = build_parser().parse_args
+    defaults = settings_of(parse(controller_args(binaries)))
+    assert defaults.reservations == ControllerSettings.reservations
+    assert defaults.reserve_after_waits == ControllerSettings.reserve_after_waits
+    assert defaults.backlog_batch_s == ControllerSettings.backlog_batch_s
+    chosen = settings_of(parse(controller_args(
+        binaries, "controller.reservations=0", "controller.reserveAfterWaits=4")))
+    assert (chosen.reservations, chosen.reserve_after_waits) == (0, 4.0)
 
 
 def test_a_default_policy_is_optional_and_survives_uninstall(binaries: Binaries) -> None:

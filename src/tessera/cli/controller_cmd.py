@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from tessera.cli import logs
+from tessera.cli import logs, reservation_flags
 from tessera.controller import operator
 from tessera.controller.loop import ControllerSettings
 from tessera.core.errors import InvalidInputError
@@ -38,6 +38,7 @@ def register(commands: Any) -> None:
                         help="plan pods that did not fit again after this long even if "
                         "nothing changed (otherwise only on a change)")
     parser.add_argument("--solver", choices=["fast", "exact"], default="fast")
+    reservation_flags.add(parser)
     parser.add_argument("--dra-node-selector", default="", metavar="KEY=VALUE[,...]",
                         help="labels of the DRA nodes (the chart's dra.nodeSelector): a pod "
                         "handed to DRA gets them as node selector (empty: every GPU node of "
@@ -68,17 +69,23 @@ def _selector(text: str) -> tuple[tuple[str, str], ...]:
 
 def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
-    settings = ControllerSettings(batch_idle_s=args.batch_idle_seconds,
-                                  batch_max_s=args.batch_max_seconds,
-                                  backlog_batch_s=args.backlog_batch_seconds,
-                                  plan_timeout_s=args.plan_timeout_seconds,
-                                  resync_s=args.resync_seconds, solver=args.solver,
-                                  dra_node_selector=_selector(args.dra_node_selector),
-                                  namespace=args.namespace,
-                                  scale_up_priority_class=args.scale_up_priority_class,
-                                  scale_up_ttl_s=args.scale_up_ttl_seconds,
-                                  scale_up_image=args.scale_up_image)
+    settings = settings_of(args)  # a bad flag is refused before anything connects
     operator.run(api_client(args.kubeconfig), namespace=args.namespace, settings=settings,
                  metrics_port=args.metrics_port, identity=args.identity,
                  kubeconfig=args.kubeconfig)
     return 0
+
+
+def settings_of(args: argparse.Namespace) -> ControllerSettings:
+    """The controller's settings from its flags (each checked, naming the flag)."""
+    return ControllerSettings(batch_idle_s=args.batch_idle_seconds,
+                              batch_max_s=args.batch_max_seconds,
+                              backlog_batch_s=args.backlog_batch_seconds,
+                              plan_timeout_s=args.plan_timeout_seconds,
+                              resync_s=args.resync_seconds, solver=args.solver,
+                              dra_node_selector=_selector(args.dra_node_selector),
+                              namespace=args.namespace,
+                              scale_up_priority_class=args.scale_up_priority_class,
+                              scale_up_ttl_s=args.scale_up_ttl_seconds,
+                              scale_up_image=args.scale_up_image,
+                              **reservation_flags.settings(args))

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from kubernetes.client.exceptions import ApiException
 
+from tessera.cli import reservation_flags
 from tessera.controller.loop import ClusterCache, Controller, ControllerSettings, Writer
 from tessera.controller.operator import api_listers, prime
 from tessera.core.errors import InvalidInputError
@@ -47,6 +48,7 @@ def register(commands: Any) -> None:
     parser.add_argument("--solver", choices=SOLVERS, default="fast",
                         help="fast (default, any size) or exact (HiGHS, small clusters)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    reservation_flags.add(parser, same_as="give the controller's to preview its plan")
     parser.set_defaults(run=run)
 
 
@@ -62,15 +64,16 @@ def _load(path: Path, what: str) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
+    held = reservation_flags.settings(args)
     if args.cluster is None and args.pending is None:
-        result = live_plan(args.kubeconfig, args.context, args.solver)
+        result = live_plan(args.kubeconfig, args.context, args.solver, held)
     elif args.cluster is None or args.pending is None or args.kubeconfig or args.context:
         raise InvalidInputError("--cluster/--pending", "give both files, or neither to plan "
                                 "the live cluster (--kubeconfig, --context)")
     else:
         snapshot = parse_cluster(_load(args.cluster, "cluster"))
         pods = parse_pending(_load(args.pending, "pending"))
-        result = plan(snapshot, pods, args.solver)
+        result = plan(snapshot, pods, args.solver, reservations=held["reservations"])
     if args.json:
         print(json.dumps(plan_to_dict(result), indent=2))
     else:
@@ -124,13 +127,16 @@ def live_cache(kubeconfig: str | None, context: str | None,
     return cache
 
 
-def live_cluster(kubeconfig: str | None, context: str | None,
-                 solver: SolverName) -> Controller:
-    """A controller over a full, read-only listing of the live cluster, that writes nothing."""
-    return Controller(live_cache(kubeconfig, context), cast(Writer, _ReadOnly()),
-                      ControllerSettings(solver=solver))
+def live_cluster(kubeconfig: str | None, context: str | None, solver: SolverName,
+                 held: reservation_flags.Reservations | None = None) -> Controller:
+    """A controller over a full, read-only listing of the live cluster, that writes nothing;
+    ``held``: the live controller's reservation settings (else the defaults)."""
+    settings = (ControllerSettings(solver=solver) if held is None
+                else ControllerSettings(solver=solver, **held))
+    return Controller(live_cache(kubeconfig, context), cast(Writer, _ReadOnly()), settings)
 
 
-def live_plan(kubeconfig: str | None, context: str | None, solver: SolverName) -> Plan:
+def live_plan(kubeconfig: str | None, context: str | None, solver: SolverName,
+              held: reservation_flags.Reservations | None = None) -> Plan:
     """What the controller's next plan would be on the live cluster."""
-    return live_cluster(kubeconfig, context, solver).preview()
+    return live_cluster(kubeconfig, context, solver, held).preview()

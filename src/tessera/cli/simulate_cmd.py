@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tessera.cli import reservation_flags
 from tessera.cli.plan_cmd import live_cache
 from tessera.controller import demand
 from tessera.core import catalogue
@@ -142,6 +143,7 @@ def register(commands: Any) -> None:
                         "replayed on 1 .. 4x its nodes (MIG clusters and GPUs without MIG)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    reservation_flags.add(parser, same_as="the dynamic policy's, as the controller's flags")
     parser.set_defaults(run=run)
     _register_export(parser)
 
@@ -246,7 +248,8 @@ def _shared(name: str, cluster: SharedCluster, args: argparse.Namespace) -> SimP
 def _policy(name: str, cluster: ClusterSpec, args: argparse.Namespace) -> SimPolicy | None:
     if name == "dynamic":
         return DynamicPolicy(cluster, reconfig_latency=args.reconfig_latency,
-                             capacity_lag=args.capacity_lag)
+                             capacity_lag=args.capacity_lag,
+                             **reservation_flags.settings(args))
     if name == "greedy":
         return GreedyPolicy(cluster, batch_window=args.batch_window,
                             reconfig_latency=args.reconfig_latency,
@@ -417,6 +420,7 @@ def _sources(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _sources(args)
+    reservation_flags.settings(args)  # checked before any workload is built
     if args.size_for:
         return _sizing(args)
     shared = _shared_cluster(args.cluster)

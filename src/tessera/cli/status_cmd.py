@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tessera.api.v1alpha1 import NodePartition
+from tessera.cli import reservation_flags
 from tessera.cli.plan_cmd import live_cluster
 from tessera.controller.dra import serves_dra
 from tessera.core.planner import Plan
@@ -130,11 +131,14 @@ def register(commands: Any) -> None:
     parser.add_argument("--kubeconfig", help="the cluster's kubeconfig (default: in-cluster "
                         "or the default kubeconfig)")
     parser.add_argument("--context", help="the kubeconfig context to use")
+    reservation_flags.add(parser, same_as="give the controller's: the pods' next placement "
+                          "is its plan")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    controller = live_cluster(args.kubeconfig, args.context, "fast")
+    controller = live_cluster(args.kubeconfig, args.context, "fast",
+                              reservation_flags.settings(args))
     _, _, partitions, _ = controller.cache.view()
     status = build_status(partitions, controller.preview(), args.node)
     if args.output == "json":

@@ -1,0 +1,108 @@
+"""``--reservations`` and ``--reserve-after-waits``: one meaning in the controller, its previews
+(``tessera plan``, ``tessera status``) and its what-if (``tessera simulate``); bad values exit 2
+naming the flag before anything is read or connected."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tessera.cli import controller_cmd, simulate_cmd, status_cmd
+from tessera.cli.main import build_parser, main
+from tessera.controller.loop import ControllerSettings
+from tessera.sim.cluster import shorthand
+from tessera.sim.dynamic import DynamicPolicy
+
+# One A100-40GB with a 1g.5gb in use: the 7g.40gb that came first cannot start until it ends,
+# and the 1g.5gb that came after fits beside it now.
+CLUSTER = {"nodes": [{"name": "node-a", "labels": {}, "gpus": [
+    {"index": 0, "model": "A100-SXM4-40GB", "mode": "mig",
+     "slices": [{"profile": "1g.5gb", "start": 0, "in_use": True}]}]}]}
+PENDING = {"pods": [
+    {"namespace": "default", "name": "large", "creation_time": 1,
+     "requests": {"nvidia.com/mig-7g.40gb": 1}},
+    {"namespace": "default", "name": "small", "creation_time": 2,
+     "requests": {"nvidia.com/mig-1g.5gb": 1}},
+]}
+
+
+def plan_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> Any:
+    (tmp_path / "c.json").write_text(json.dumps(CLUSTER))
+    (tmp_path / "p.json").write_text(json.dumps(PENDING))
+    assert main(["plan", "--cluster", str(tmp_path / "c.json"), "--pending",
+                 str(tmp_path / "p.json"), "--json", *flags]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_by_default_the_older_large_pod_holds_the_gpu_it_waits_for(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = plan_json(tmp_path, capsys)
+    assert data["placements"] == []
+    assert {u["pod"] for u in data["unplaced"]} == {"default/large", "default/small"}
+
+
+def test_with_no_reservation_the_later_small_pod_starts_beside_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = plan_json(tmp_path, capsys, "--reservations", "0")
+    assert [p["pod"] for p in data["placements"]] == ["default/small"]
+    assert [u["pod"] for u in data["unplaced"]] == ["default/large"]
+
+
+def test_the_controller_plans_with_the_flags() -> None:
+    args = build_parser().parse_args(["controller", "--reservations", "0",
+                                      "--reserve-after-waits", "3.5"])
+    settings = controller_cmd.settings_of(args)
+    assert (settings.reservations, settings.reserve_after_waits) == (0, 3.5)
+
+
+def test_the_controller_s_defaults_are_the_settings_defaults() -> None:
+    settings = controller_cmd.settings_of(build_parser().parse_args(["controller"]))
+    assert settings.reservations == ControllerSettings.reservations
+    assert settings.reserve_after_waits == ControllerSettings.reserve_after_waits
+
+
+def test_simulate_s_dynamic_policy_runs_the_controller_with_the_flags() -> None:
+    args = build_parser().parse_args(["simulate", "--reservations", "2",
+                                      "--reserve-after-waits", "0"])
+    policy = simulate_cmd._policy("dynamic", shorthand(1, 8, "A100-80GB"), args)
+    assert isinstance(policy, DynamicPolicy)
+    settings = policy.controller.settings
+    assert (settings.reservations, settings.reserve_after_waits) == (2, 0.0)
+
+
+def test_status_previews_with_the_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[object] = []
+
+    class ListedError(Exception):
+        pass
+
+    def live_cluster(kubeconfig: str | None, context: str | None, solver: str,
+                     held: object = None) -> None:
+        seen.append(held)
+        raise ListedError
+
+    monkeypatch.setattr(status_cmd, "live_cluster", live_cluster)
+    with pytest.raises(ListedError):
+        main(["status", "--reservations", "0", "--reserve-after-waits", "1"])
+    assert seen == [{"reservations": 0, "reserve_after_waits": 1.0}]
+
+
+@pytest.mark.parametrize("command", [
+    ["controller"], ["plan"], ["status"], ["simulate"],
+])
+@pytest.mark.parametrize(("flags", "field"), [
+    (["--reservations", "-1"], "--reservations"),
+    (["--reserve-after-waits", "-0.5"], "--reserve-after-waits"),
+    (["--reserve-after-waits", "nan"], "--reserve-after-waits"),
+    (["--reserve-after-waits", "inf"], "--reserve-after-waits"),
+])
+def test_a_bad_value_exits_2_naming_the_flag_before_anything_runs(
+        command: list[str], flags: list[str], field: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*command, *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"tessera: error: {field}: "), err
+    assert "give" in err
