@@ -51,6 +51,16 @@ def test_with_no_reservation_the_later_small_pod_starts_beside_it(
     assert [u["pod"] for u in data["unplaced"]] == ["default/large"]
 
 
+def test_a_snapshot_file_refuses_the_wait_flag_it_could_not_honour(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "c.json").write_text(json.dumps(CLUSTER))
+    (tmp_path / "p.json").write_text(json.dumps(PENDING))
+    assert main(["plan", "--cluster", str(tmp_path / "c.json"), "--pending",
+                 str(tmp_path / "p.json"), "--reserve-after-waits", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tessera: error: --reserve-after-waits: a snapshot file has no waits")
+
+
 def test_the_controller_plans_with_the_flags() -> None:
     args = build_parser().parse_args(["controller", "--reservations", "0",
                                       "--reserve-after-waits", "3.5"])

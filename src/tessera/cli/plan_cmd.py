@@ -70,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
     elif args.cluster is None or args.pending is None or args.kubeconfig or args.context:
         raise InvalidInputError("--cluster/--pending", "give both files, or neither to plan "
                                 "the live cluster (--kubeconfig, --context)")
+    elif args.reserve_after_waits is not None:
+        raise InvalidInputError("--reserve-after-waits", "a snapshot file has no waits to "
+                                "measure a pod's against, so its pods reserve at once: drop "
+                                "the flag, or plan the live cluster (--kubeconfig)")
     else:
         snapshot = parse_cluster(_load(args.cluster, "cluster"))
         pods = parse_pending(_load(args.pending, "pending"))

@@ -45,10 +45,10 @@ def add(parser: argparse.ArgumentParser, *, same_as: str = "") -> None:
         "GPUs drain for them; 0: none (no GPU is held idle, and a large pod starts only when "
         f"enough capacity happens to free at once){suffix}")
     parser.add_argument(
-        "--reserve-after-waits", type=float, metavar="K",
-        default=ControllerSettings.reserve_after_waits,
+        "--reserve-after-waits", type=float, metavar="K", default=None,
         help="a waiting pod may reserve only after waiting K times the median wait of the "
-        f"pods lately placed; 0: at once{suffix}")
+        f"pods lately placed (default {ControllerSettings.reserve_after_waits:g}); 0: at "
+        f"once{suffix}")
 
 
 def settings(args: argparse.Namespace) -> Reservations:
@@ -58,7 +58,8 @@ def settings(args: argparse.Namespace) -> Reservations:
         raise InvalidInputError("--reservations", f"{count}: give 0 or more (0: no pod "
                                 f"reserves GPUs; {ControllerSettings.reservations}: the "
                                 "default)")
-    factor: float = args.reserve_after_waits
+    given: float | None = args.reserve_after_waits
+    factor = ControllerSettings.reserve_after_waits if given is None else given
     if not math.isfinite(factor) or factor < 0:
         raise InvalidInputError("--reserve-after-waits", f"{factor}: give a number of 0 or "
                                 "more (0: a pod reserves as soon as it finds no room; "
