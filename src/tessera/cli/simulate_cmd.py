@@ -463,7 +463,8 @@ def run(args: argparse.Namespace) -> int:
                f"offered load {offered:.2f}, "
                f"window {horizon / 3600:.2f} h",
                "dynamic: the controller's own decision loop (batches of "
-               f"{DEFAULT_BATCH_IDLE_S:g} s idle, {DEFAULT_BATCH_MAX_S:g} s at most); greedy: "
+               f"{DEFAULT_BATCH_IDLE_S:g} s idle, {DEFAULT_BATCH_MAX_S:g} s at most, "
+               f"{_held(args)}); greedy: "
                f"batch window {args.batch_window} s; reconfiguration "
                f"{args.reconfig_latency} s per GPU-instance operation, capacity lag "
                f"{args.capacity_lag} s", f"mapping: {args.mapping}"]
@@ -479,6 +480,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"report: {report}")
     sys.stdout.flush()
     return 0
+
+
+def _held(args: argparse.Namespace) -> str:
+    """The dynamic policy's reservation settings, as the run's details say them."""
+    held = reservation_flags.settings(args)
+    return (f"{held['reservations']} reservation(s) per plan, after "
+            f"{held['reserve_after_waits']:g}x the median wait")
 
 
 def history_row(pod: Mapping[str, Any]) -> HistoryPod:
