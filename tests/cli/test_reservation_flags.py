@@ -86,7 +86,7 @@ def test_simulate_s_dynamic_policy_runs_the_controller_with_the_flags() -> None:
 def test_simulate_says_which_reservation_settings_its_figures_are_for(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--cluster", "1x2xA100-SXM4-80GB", "--policies", "dynamic",
-                 "--pods", "20", "--no-progress", "--report", str(tmp_path / "r.html"),
+                 "--no-progress", "--report", str(tmp_path / "r.html"),
                  "--json", "--reservations", "0", "--reserve-after-waits", "3"]) == 0
     details = json.loads(capsys.readouterr().out)["details"]
     assert any("0 reservation(s) per plan, after 3x the median wait" in d for d in details)
