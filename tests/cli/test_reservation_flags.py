@@ -89,7 +89,33 @@ def test_simulate_says_which_reservation_settings_its_figures_are_for(
                  "--no-progress", "--report", str(tmp_path / "r.html"),
                  "--json", "--reservations", "0", "--reserve-after-waits", "3"]) == 0
     details = json.loads(capsys.readouterr().out)["details"]
-    assert any("0 reservation(s) per plan, after 3x the median wait" in d for d in details)
+    assert any("0 reservation(s) per plan (dynamic:reservations-N: N), after 3x the median "
+               "wait" in d for d in details)
+
+
+def test_one_simulation_compares_reservation_settings_side_by_side(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--cluster", "1x2xA100-SXM4-80GB", "--policies",
+                 "dynamic,dynamic:reservations-0,dynamic:reservations-2", "--no-progress",
+                 "--report", str(tmp_path / "r.html"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["policies"]
+    assert [r["policy"] for r in rows] == [
+        "dynamic", "dynamic:reservations-0", "dynamic:reservations-2"]
+    args = build_parser().parse_args(["simulate", "--reserve-after-waits", "0"])
+    policy = simulate_cmd._policy("dynamic:reservations-2", shorthand(1, 8, "A100-80GB"), args)
+    assert isinstance(policy, DynamicPolicy)
+    settings = policy.controller.settings
+    assert (settings.reservations, settings.reserve_after_waits) == (2, 0.0)
+
+
+@pytest.mark.parametrize("name", ["dynamic:reservations-", "dynamic:reservations--1",
+                                  "dynamic:reservations-one"])
+def test_a_bad_reservation_count_in_a_policy_name_exits_2(
+        name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--cluster", "1x2xA100-SXM4-80GB", "--policies", name,
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"tessera: error: --policies: {name!r}: N in "), err
 
 
 def test_status_previews_with_the_flags(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -245,11 +245,28 @@ def _shared(name: str, cluster: SharedCluster, args: argparse.Namespace) -> SimP
                          capacity_lag=args.capacity_lag)
 
 
+RESERVING = "dynamic:reservations-"
+"""``dynamic:reservations-N``: the dynamic policy with N reservations per plan, so that one run
+compares reservation settings side by side (README, "Reservations: a choice per workload")."""
+
+
+def _reservations_in(name: str) -> int:
+    count = name.removeprefix(RESERVING)
+    if not count.isdigit():
+        raise InvalidInputError("--policies", f"{name!r}: N in {RESERVING}N is a whole number "
+                                f"of 0 or more, e.g. {RESERVING}0")
+    return int(count)
+
+
 def _policy(name: str, cluster: ClusterSpec, args: argparse.Namespace) -> SimPolicy | None:
-    if name == "dynamic":
-        return DynamicPolicy(cluster, reconfig_latency=args.reconfig_latency,
-                             capacity_lag=args.capacity_lag,
-                             **reservation_flags.settings(args))
+    if name == "dynamic" or name.startswith(RESERVING):
+        held = reservation_flags.settings(args)
+        if name != "dynamic":
+            held["reservations"] = _reservations_in(name)
+        dynamic = DynamicPolicy(cluster, reconfig_latency=args.reconfig_latency,
+                                capacity_lag=args.capacity_lag, **held)
+        dynamic.name = name
+        return dynamic
     if name == "greedy":
         return GreedyPolicy(cluster, batch_window=args.batch_window,
                             reconfig_latency=args.reconfig_latency,
@@ -266,7 +283,8 @@ def _policy(name: str, cluster: ClusterSpec, args: argparse.Namespace) -> SimPol
     if name.startswith("static:"):
         return StaticPolicy.uniform(cluster, name.split(":", 1)[1])
     raise InvalidInputError("--policies", f"unknown policy {name!r}",
-                            ("dynamic", "greedy", "static:<layout>", "static:best",
+                            ("dynamic", f"{RESERVING}N", "greedy", "static:<layout>",
+                             "static:best",
                              UNCURATED, CURATED, "fluid:gpu", "fluid:cluster"))
 
 
@@ -485,7 +503,7 @@ def run(args: argparse.Namespace) -> int:
 def _held(args: argparse.Namespace) -> str:
     """The dynamic policy's reservation settings, as the run's details say them."""
     held = reservation_flags.settings(args)
-    return (f"{held['reservations']} reservation(s) per plan, after "
+    return (f"{held['reservations']} reservation(s) per plan ({RESERVING}N: N), after "
             f"{held['reserve_after_waits']:g}x the median wait")
 
 
