@@ -108,6 +108,15 @@ def test_one_simulation_compares_reservation_settings_side_by_side(
     assert (settings.reservations, settings.reserve_after_waits) == (2, 0.0)
 
 
+def test_gpus_without_mig_refuse_the_flags_they_would_ignore(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--cluster", "2x8xL4", "--reservations", "0",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tessera: error: --reservations/--reserve-after-waits: apply to "
+                          "the dynamic policy of MIG GPUs"), err
+
+
 @pytest.mark.parametrize("name", ["dynamic:reservations-", "dynamic:reservations--1",
                                   "dynamic:reservations-one"])
 def test_a_bad_reservation_count_in_a_policy_name_exits_2(

@@ -25,7 +25,7 @@ from typing import TypedDict
 from tessera.controller.loop import ControllerSettings
 from tessera.core.errors import InvalidInputError
 
-__all__ = ["Reservations", "add", "settings"]
+__all__ = ["Reservations", "add", "given", "settings"]
 
 
 class Reservations(TypedDict):
@@ -40,10 +40,11 @@ def add(parser: argparse.ArgumentParser, *, same_as: str = "") -> None:
     user to give the controller's values (e.g. "as the controller's")."""
     suffix = f" ({same_as})" if same_as else ""
     parser.add_argument(
-        "--reservations", type=int, metavar="N", default=ControllerSettings.reservations,
+        "--reservations", type=int, metavar="N", default=None,
         help="waiting pods per plan that may hold GPUs back from later pods, so that the "
-        "GPUs drain for them; 0: none (no GPU is held idle, and a large pod starts only when "
-        f"enough capacity happens to free at once){suffix}")
+        f"GPUs drain for them (default {ControllerSettings.reservations}); 0: none (no GPU "
+        "is held idle, and a large pod starts only when enough capacity happens to free at "
+        f"once){suffix}")
     parser.add_argument(
         "--reserve-after-waits", type=float, metavar="K", default=None,
         help="a waiting pod may reserve only after waiting K times the median wait of the "
@@ -53,7 +54,8 @@ def add(parser: argparse.ArgumentParser, *, same_as: str = "") -> None:
 
 def settings(args: argparse.Namespace) -> Reservations:
     """The flags' values, checked: each refusal names its flag and the values it accepts."""
-    count: int = args.reservations
+    count: int = ControllerSettings.reservations if args.reservations is None \
+        else args.reservations
     if count < 0:
         raise InvalidInputError("--reservations", f"{count}: give 0 or more (0: no pod "
                                 f"reserves GPUs; {ControllerSettings.reservations}: the "
@@ -65,3 +67,8 @@ def settings(args: argparse.Namespace) -> Reservations:
                                 "more (0: a pod reserves as soon as it finds no room; "
                                 f"{ControllerSettings.reserve_after_waits:g}: the default)")
     return Reservations(reservations=count, reserve_after_waits=factor)
+
+
+def given(args: argparse.Namespace) -> bool:
+    """Whether either flag was given: a command that cannot honour them refuses them."""
+    return args.reservations is not None or args.reserve_after_waits is not None

@@ -439,6 +439,11 @@ def _sources(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     _sources(args)
     reservation_flags.settings(args)  # checked before any workload is built
+    if reservation_flags.given(args) and _shared_cluster(args.cluster) is not None:
+        raise InvalidInputError("--reservations/--reserve-after-waits", "apply to the "
+                                "dynamic policy of MIG GPUs (the controller's own loop); "
+                                "GPUs without MIG are simulated with the planner's defaults: "
+                                "drop the flags for this cluster")
     if args.size_for:
         return _sizing(args)
     shared = _shared_cluster(args.cluster)
