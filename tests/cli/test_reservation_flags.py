@@ -118,6 +118,7 @@ def test_gpus_without_mig_refuse_the_flags_they_would_ignore(
 
 
 @pytest.mark.parametrize("name", ["dynamic:reservations-", "dynamic:reservations--1",
+                                  "dynamic:reservations-\u00b2",
                                   "dynamic:reservations-one"])
 def test_a_bad_reservation_count_in_a_policy_name_exits_2(
         name: str, capsys: pytest.CaptureFixture[str]) -> None:

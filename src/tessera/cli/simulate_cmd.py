@@ -252,7 +252,7 @@ compares reservation settings side by side (README, "Reservations: a choice per 
 
 def _reservations_in(name: str) -> int:
     count = name.removeprefix(RESERVING)
-    if not count.isdigit():
+    if not (count.isascii() and count.isdigit()):
         raise InvalidInputError("--policies", f"{name!r}: N in {RESERVING}N is a whole number "
                                 f"of 0 or more, e.g. {RESERVING}0")
     return int(count)
