@@ -25,6 +25,8 @@ class FakePartitions:
         self.objects: dict[str, NodePartition] = {}
         self.status_writes = 0
         self.reads = 0
+        self.delivered: str | None = None
+        """The last version the watch delivered and the runner handled."""
         self._changed = threading.Condition()
         self._version = 0
 
@@ -58,10 +60,23 @@ class FakePartitions:
 
     def watch(self, name: str, version: str | None, timeout_s: int = 60,
               ) -> Iterator[tuple[str, NodePartition]]:
+        """As the API server's watch: from ``version`` on, only what changed after it (from
+        none, the object as it is). It used to yield the object every half second whether
+        it changed or not, which refilled the runner's cache behind a test's back: under
+        CPU load the pass that should read afresh came after the refill (a CI flake)."""
+        def newer() -> NodePartition | None:
+            found = self.objects.get(name)
+            return found if found is not None and (
+                found.metadata.resource_version != version) else None
+
         with self._changed:
-            self._changed.wait(min(timeout_s, 0.5))
-        if name in self.objects:
-            yield "MODIFIED", self.objects[name]
+            if newer() is None:
+                self._changed.wait(min(timeout_s, 0.5))
+        found = newer()
+        if found is not None:
+            yield "MODIFIED", found
+            # Resumed: the runner has handled the event (the body of its loop ran).
+            self.delivered = found.metadata.resource_version
 
 
 class FakeEvents:
@@ -135,6 +150,10 @@ def test_an_idle_agent_reads_what_its_watch_delivered_not_the_api_server(
         _wait(lambda: (partitions.objects["node-a"].status is not None and
                        partitions.objects["node-a"].status.applied_plan_id == "plan-w"))
         assert partitions.reads == reads, "the new spec came by the watch"
+        # The watch may still be delivering the agent's own status write; once it has, nothing
+        # newer is coming, and the cache stays empty until a pass reads.
+        _wait(lambda: partitions.delivered == partitions.objects["node-a"].metadata.
+              resource_version)
         runner.seen(None)  # the watch failed: the next pass reads the object afresh
         _wait(lambda: partitions.reads > reads)
     finally:
