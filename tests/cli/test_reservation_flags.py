@@ -135,7 +135,7 @@ def test_status_previews_with_the_flags(monkeypatch: pytest.MonkeyPatch) -> None
         pass
 
     def live_cluster(kubeconfig: str | None, context: str | None, solver: str,
-                     held: object = None) -> None:
+                     held: object) -> None:
         seen.append(held)
         raise ListedError
 

@@ -132,15 +132,14 @@ def live_cache(kubeconfig: str | None, context: str | None,
 
 
 def live_cluster(kubeconfig: str | None, context: str | None, solver: SolverName,
-                 held: reservation_flags.Reservations | None = None) -> Controller:
+                 held: reservation_flags.Reservations) -> Controller:
     """A controller over a full, read-only listing of the live cluster, that writes nothing;
-    ``held``: the live controller's reservation settings (else the defaults)."""
-    settings = (ControllerSettings(solver=solver) if held is None
-                else ControllerSettings(solver=solver, **held))
-    return Controller(live_cache(kubeconfig, context), cast(Writer, _ReadOnly()), settings)
+    ``held``: the live controller's reservation settings."""
+    return Controller(live_cache(kubeconfig, context), cast(Writer, _ReadOnly()),
+                      ControllerSettings(solver=solver, **held))
 
 
 def live_plan(kubeconfig: str | None, context: str | None, solver: SolverName,
-              held: reservation_flags.Reservations | None = None) -> Plan:
+              held: reservation_flags.Reservations) -> Plan:
     """What the controller's next plan would be on the live cluster."""
     return live_cluster(kubeconfig, context, solver, held).preview()
