@@ -16,6 +16,8 @@ from tessera.controller.loop import ControllerSettings
 from tessera.sim.cluster import shorthand
 from tessera.sim.dynamic import DynamicPolicy
 
+from .test_plan_cmd import write
+
 # One A100-40GB with a 1g.5gb in use: the 7g.40gb that came first cannot start until it ends,
 # and the 1g.5gb that came after fits beside it now.
 CLUSTER = {"nodes": [{"name": "node-a", "labels": {}, "gpus": [
@@ -30,11 +32,18 @@ PENDING = {"pods": [
 
 
 def plan_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> Any:
-    (tmp_path / "c.json").write_text(json.dumps(CLUSTER))
-    (tmp_path / "p.json").write_text(json.dumps(PENDING))
-    assert main(["plan", "--cluster", str(tmp_path / "c.json"), "--pending",
-                 str(tmp_path / "p.json"), "--json", *flags]) == 0
+    assert main([*write(tmp_path, CLUSTER, PENDING), "--json", *flags]) == 0
     return json.loads(capsys.readouterr().out)
+
+
+def dynamic_settings(name: str, *flags: str) -> tuple[int, float]:
+    """(reservations, reserve_after_waits) of the controller that ``tessera simulate``'s
+    policy ``name`` runs, under ``flags``."""
+    args = build_parser().parse_args(["simulate", *flags])
+    policy = simulate_cmd._policy(name, shorthand(1, 8, "A100-80GB"), args)
+    assert isinstance(policy, DynamicPolicy)
+    settings = policy.controller.settings
+    return settings.reservations, settings.reserve_after_waits
 
 
 def test_by_default_the_older_large_pod_holds_the_gpu_it_waits_for(
@@ -53,10 +62,7 @@ def test_with_no_reservation_the_later_small_pod_starts_beside_it(
 
 def test_a_snapshot_file_refuses_the_wait_flag_it_could_not_honour(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "c.json").write_text(json.dumps(CLUSTER))
-    (tmp_path / "p.json").write_text(json.dumps(PENDING))
-    assert main(["plan", "--cluster", str(tmp_path / "c.json"), "--pending",
-                 str(tmp_path / "p.json"), "--reserve-after-waits", "2"]) == 2
+    assert main([*write(tmp_path, CLUSTER, PENDING), "--reserve-after-waits", "2"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tessera: error: --reserve-after-waits: a snapshot file has no waits")
 
@@ -75,12 +81,8 @@ def test_the_controller_s_defaults_are_the_settings_defaults() -> None:
 
 
 def test_simulate_s_dynamic_policy_runs_the_controller_with_the_flags() -> None:
-    args = build_parser().parse_args(["simulate", "--reservations", "2",
-                                      "--reserve-after-waits", "0"])
-    policy = simulate_cmd._policy("dynamic", shorthand(1, 8, "A100-80GB"), args)
-    assert isinstance(policy, DynamicPolicy)
-    settings = policy.controller.settings
-    assert (settings.reservations, settings.reserve_after_waits) == (2, 0.0)
+    assert dynamic_settings("dynamic", "--reservations", "2",
+                            "--reserve-after-waits", "0") == (2, 0.0)
 
 
 def test_simulate_says_which_reservation_settings_its_figures_are_for(
@@ -101,11 +103,7 @@ def test_one_simulation_compares_reservation_settings_side_by_side(
     rows = json.loads(capsys.readouterr().out)["policies"]
     assert [r["policy"] for r in rows] == [
         "dynamic", "dynamic:reservations-0", "dynamic:reservations-2"]
-    args = build_parser().parse_args(["simulate", "--reserve-after-waits", "0"])
-    policy = simulate_cmd._policy("dynamic:reservations-2", shorthand(1, 8, "A100-80GB"), args)
-    assert isinstance(policy, DynamicPolicy)
-    settings = policy.controller.settings
-    assert (settings.reservations, settings.reserve_after_waits) == (2, 0.0)
+    assert dynamic_settings("dynamic:reservations-2", "--reserve-after-waits", "0") == (2, 0.0)
 
 
 def test_gpus_without_mig_refuse_the_flags_they_would_ignore(
