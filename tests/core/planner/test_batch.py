@@ -63,6 +63,32 @@ def test_a_shape_no_gpu_can_host_now_sends_only_the_pods_that_may_reserve() -> N
                                                            for p in batch.pods)
 
 
+def test_a_pod_of_several_gpus_reserves_nothing_while_a_gpu_has_room_but_not_its_compute() -> None:
+    """One whole card free, the pod asks two: it is left out of the plan, told why, and so
+    reserves nothing in it (the module docstring says why that is kept)."""
+    pods = _pods(MIG_7G, 2, units=2)
+    batch = bounded_batch(_cluster(EMPTY, FULL), pods, reservations=1)
+    assert batch.pods == ()
+    assert [u.pod for u in batch.later] == [p.key for p in pods]
+    assert batch.later[0].reason == ("it needs 14 free compute slices of MIG GPUs and 7 are "
+                                     "free; it is planned when enough free up")
+
+
+def test_a_pod_of_several_gpus_goes_in_to_reserve_when_no_gpu_can_host_a_unit() -> None:
+    half = Gpu(index=0, model="A100-80GB", slices=(GpuSlice("3g.40gb", 4, in_use=True),))
+    pods = _pods(MIG_7G, 2, units=2)
+    batch = bounded_batch(_cluster(half, FULL), pods, reservations=1)
+    assert [p.key for p in batch.pods] == [pods[0].key], "the oldest, to reserve"
+    assert "no GPU can host 7g.80gb now" in batch.later[0].reason
+
+
+def test_a_pod_of_several_gpus_goes_in_when_the_cluster_has_its_compute_free() -> None:
+    gpus = tuple(Gpu(index=i, model="A100-80GB") for i in range(2))
+    pods = _pods(MIG_7G, 3, units=2)
+    batch = bounded_batch(_cluster(*gpus, FULL), pods, reservations=1)
+    assert [p.key for p in batch.pods] == [pods[0].key], "what the free compute holds"
+
+
 def test_priority_comes_before_age() -> None:
     old = _pods(MIG_1G, 8)
     urgent = PendingPod("ml", "urgent", ((MIG_1G, 1),), priority=100, creation_time=99.0)

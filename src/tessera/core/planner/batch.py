@@ -14,6 +14,16 @@ placed now, so the bound changes which pods are *considered together*, never who
 pods left out wait for the next plan, which the caller runs at once when
 :attr:`Batch.cut_short` says capacity may remain.
 
+The batch does decide who may *reserve*: a pod left out reserves nothing in that plan. A shape
+that some GPU could host a unit of, but whose compute the whole cluster lacks, sends no pod. So
+a pod of several GPUs reserves when no GPU can host its largest unit (as a one-GPU pod does)
+or when the cluster has its compute free, and not in between: there its reservation lapses,
+and the node it was draining takes later pods until it reserves again. That came with the
+bound, not by design, and it was kept on measurement (bench/README.md, "Which multi-GPU pods
+reserve"). Reserving in every plan held nodes idle behind pods that ran for hours: the pods
+behind waited far longer, and three of the four runs it changed served less compute.
+Reserving only while the cluster has the compute free served less than this over 32 runs.
+
 Shapes the bound cannot reason about (whole GPUs, shares, MPS in MIG slices) pass with at
 most ``per_shape`` pods. "Oldest" is the planner's own order: priority first, then creation.
 """

@@ -11,7 +11,11 @@ on one of its eligible nodes, for each of its units, the GPU whose in-use slices
 in its way (:func:`blocking`: the compute of the in-use slices its best placement overlaps).
 Pods after it in the planning order may not take anything on those GPUs, so the GPUs drain
 towards it as their pods finish. The reservation is recomputed at every plan from what is
-running then, so it follows whichever GPU is closest to freeing.
+running then, so it follows whichever GPU is closest to freeing. Only a pod in the plan can
+reserve, and which pods the controller's plans hold is for
+:func:`~tessera.core.planner.batch.bounded_batch` to say: a pod of several GPUs is left out
+while the cluster lacks its compute and some GPU could take one of its units (that module
+says why this is kept).
 
 It is bounded: only the first :data:`DEFAULT_RESERVATIONS` pod(s) that cannot be placed reserve
 anything (per plan, all priorities together, in planning order), and a pod no GPU could ever
