@@ -364,9 +364,9 @@ def _mixed_run(args: argparse.Namespace, cluster: MixedCluster
     return jobs, window, source, policies
 
 
-def _sizing(args: argparse.Namespace) -> int:
+def _sizing(args: argparse.Namespace, shared: SharedCluster | None) -> int:
+    """``--size-for``; ``shared``: the cluster when it is of GPUs without MIG."""
     target = parse_target(args.size_for)
-    shared = _shared_cluster(args.cluster)
     if shared is None and "," in args.cluster:
         raise InvalidInputError("--size-for", "sizes one kind of card at a time, not a mixed "
                                 "cluster")
@@ -439,14 +439,14 @@ def _sources(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     _sources(args)
     reservation_flags.settings(args)  # checked before any workload is built
-    if reservation_flags.given(args) and _shared_cluster(args.cluster) is not None:
+    shared = _shared_cluster(args.cluster)
+    if reservation_flags.given(args) and shared is not None:
         raise InvalidInputError("--reservations/--reserve-after-waits", "apply to the "
                                 "dynamic policy of MIG GPUs (the controller's own loop); "
                                 "GPUs without MIG are simulated with the planner's defaults: "
                                 "drop the flags for this cluster")
     if args.size_for:
-        return _sizing(args)
-    shared = _shared_cluster(args.cluster)
+        return _sizing(args, shared)
     mixed = _mixed_cluster(args.cluster) if shared is None else None
     cluster: ClusterSpec | SharedCluster | MixedCluster
     policies: list[tuple[str, SimPolicy | None]]
