@@ -474,6 +474,7 @@ class PlanCounter:
         self.plans = 0
         self.oldest: list[float] = []
         self.waits: list[float | None] = []
+        self.released = 0
 
     def record_tick(self, pending: int, leader: bool, oldest_s: float = 0.0) -> None:
         self.oldest.append(oldest_s)
@@ -482,8 +483,9 @@ class PlanCounter:
                     destroyed: int) -> None:
         self.plans += 1
 
-    def record_release(self, waited_s: float | None = None) -> None:
+    def record_release(self, waited_s: float | None = None, pinned: bool = True) -> None:
         self.waits.append(waited_s)
+        self.released += pinned
 
     def record_scale_up(self, gpus: int) -> None:
         self.scale_up = gpus
@@ -512,6 +514,30 @@ def test_the_oldest_waiting_pod_s_age_and_each_pod_s_wait_are_measured() -> None
     assert 100.0 < waited <= 106.0
     assert counter.oldest[:2] == [100.0, 101.0], "the age grows with the clock"
     assert counter.oldest[-1] == 0.0, "a released pod waits no more (the watch may lag)"
+
+
+def test_a_pod_the_gate_missed_gets_room_and_its_wait_counts_but_not_as_released() -> None:
+    """A pod created before the admission policy took effect is planned like any other (the
+    scheduler found no slice for it), but nothing pins or releases it: the released-pods
+    counter leaves it out, while its wait for the room made is measured like any pod's."""
+    counter = PlanCounter()
+    cache, recorder, controller, clock = setup(metrics=counter)
+    cache.put("node", "ADDED", node("node-a", {"nvidia.com/mig-1g.10gb": "2"}))
+    free = [{"profile": "1g.10gb", "start": s, "gpuInstanceId": 7 + s,
+             "uuid": f"MIG-00000000-0000-5000-0000-00000000000{s}"} for s in (0, 1)]
+    cache.put("nodepartition", "ADDED", partition("node-a", free))
+    late = pod("late", gated=False)
+    late["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                     "reason": "Unschedulable"}]
+    cache.put("pod", "ADDED", late)
+    cache.put("pod", "ADDED", pod("gated"))
+    for _ in range(6):
+        clock.now += 1
+        controller.tick()
+    assert sorted(recorder.released) == [("ml/gated", "node-a", "node-a", True),
+                                         ("ml/late", "node-a", "node-a", False)]
+    assert len(counter.waits) == 2, "both waited for the room made for them"
+    assert counter.released == 1, "only the gated pod was pinned and released"
 
 
 def _a_7g_waits_behind_a_busy_card(cache: ClusterCache) -> None:

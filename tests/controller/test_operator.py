@@ -10,7 +10,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tessera.controller.loop import ClusterCache
-from tessera.controller.operator import ApiWriter, prime, prime_until_done
+from tessera.controller.operator import ApiWriter, ControllerMetrics, prime, prime_until_done
 from tests.controller.test_loop import DYNAMIC, node, partition, pod
 
 
@@ -71,3 +71,12 @@ def test_a_pod_never_gated_is_not_written_and_its_event_does_not_claim_a_pin() -
     assert (event["name"], event["namespace"], event["reason"]) == ("late", "ml", "NotGated")
     assert "room made on node-a" in event["message"]
     assert "cannot be pinned" in event["message"]
+
+
+def test_the_released_counter_leaves_out_a_pod_the_gate_missed_but_its_wait_counts() -> None:
+    metrics = ControllerMetrics()
+    metrics.record_release(12.0)
+    metrics.record_release(30.0, pinned=False)
+    sample = metrics.registry.get_sample_value
+    assert sample("tessera_controller_pods_released_total") == 1.0
+    assert sample("tessera_controller_pod_wait_seconds_count") == 2.0

@@ -105,7 +105,10 @@ class Metrics(Protocol):
     def record_plan(self, seconds: float, placed: int, unplaced: int, created: int,
                     destroyed: int) -> None: ...
 
-    def record_release(self, waited_s: float | None = None) -> None: ...
+    def record_release(self, waited_s: float | None = None, pinned: bool = True) -> None:
+        """A pod handed over with room made for it, after ``waited_s`` since its creation;
+        ``pinned``: it carried the gate, so it was pinned and released (a pod the gate missed
+        is the scheduler's already: its wait counts, but nothing was released)."""
 
     def record_scale_up(self, gpus: int) -> None: ...
 
@@ -118,7 +121,7 @@ class _NoMetrics:
                     destroyed: int) -> None:
         pass
 
-    def record_release(self, waited_s: float | None = None) -> None:
+    def record_release(self, waited_s: float | None = None, pinned: bool = True) -> None:
         pass
 
     def record_scale_up(self, gpus: int) -> None:
@@ -1246,11 +1249,11 @@ class Controller:
                     del state.waiting[key]
                 continue
             hostname = node_labels(node).get("kubernetes.io/hostname", waiting.node)
-            self.writer.release_pod(key, waiting.node, hostname, demand.is_gated(pod),
-                                    seen=pod)
+            gated = demand.is_gated(pod)
+            self.writer.release_pod(key, waiting.node, hostname, gated, seen=pod)
             created = self.cache.facts(key, pod).created
             self.metrics.record_release(
-                None if created is None else max(0.0, self._wall() - created))
+                None if created is None else max(0.0, self._wall() - created), pinned=gated)
             if created is not None:
                 state.waits.add(self._wall() - created)
             for resource, count in waiting.requests:

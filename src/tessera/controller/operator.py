@@ -78,7 +78,8 @@ class ControllerMetrics:
                             "Age of the oldest GPU pod waiting for capacity (0 when none)",
                             registry=r)
         self.waited = Histogram("tessera_controller_pod_wait_seconds",
-                                "From a GPU pod's creation to its release to the scheduler",
+                                "From a GPU pod's creation to its release to the scheduler "
+                                "(a pod the gate missed: to the room made for it)",
                                 buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600),
                                 registry=r)
         self.scale_up = Gauge("tessera_controller_scaleup_gpus_requested",
@@ -104,8 +105,9 @@ class ControllerMetrics:
         self.created.inc(created)
         self.destroyed.inc(destroyed)
 
-    def record_release(self, waited_s: float | None = None) -> None:
-        self.released.inc()
+    def record_release(self, waited_s: float | None = None, pinned: bool = True) -> None:
+        if pinned:
+            self.released.inc()
         if waited_s is not None:
             self.waited.observe(waited_s)
 
