@@ -8,6 +8,7 @@ the repository.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,10 +37,12 @@ def _chromium() -> str:
 
 @pytest.fixture(scope="module")
 def sizing_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A ``--size-for`` run as ``make demo`` makes one, on a small synthetic workload."""
+    """A ``--size-for`` run as ``make demo`` makes one (a target per class), on a small
+    synthetic workload."""
     path = tmp_path_factory.mktemp("report") / "sizing.html"
     assert main(["simulate", "--cluster", "2x8xA100-SXM4-80GB", "--trace", "synthetic",
-                 "--pods", "200", "--size-for", "p95-wait=120s", "--policies",
+                 "--pods", "200", "--size-for", "small:p95-wait=2m,multi-gpu:p95-wait=6h",
+                 "--policies",
                  "dynamic,greedy,static:all-balanced", "--report", str(path),
                  "--no-progress"]) == 0
     return path
@@ -63,13 +66,29 @@ def test_the_answer_leads_the_page_above_the_table(page: Page, sizing_report: Pa
     headline = page.locator(".headline")
     assert headline.is_visible()
     text = headline.inner_text()
-    assert text.startswith("To keep p95 wait <= 120 s: dynamic needs ")
-    assert "greedy needs" in text
+    assert text.startswith("To keep small pods' p95 wait <= 2 min and multi-GPU pods' p95 wait "
+                           "<= 6 h: dynamic needs ")
+    for policy in ("dynamic", "greedy", "static:all-balanced"):
+        assert re.search(rf"{re.escape(policy)} needs [^,]*GPUs \((met from|[^)]* binds?\))",
+                         text), f"the headline names what binds {policy}'s answer: {text}"
     box, table = headline.bounding_box(), page.locator("table").first.bounding_box()
     assert box is not None
     assert table is not None
     assert box["y"] + box["height"] <= table["y"], "the answer comes before the table"
     assert box["y"] < 900, "and is on the first screen"
+    assert "classes" in (page.locator("table").first.get_attribute("class") or "")
+    assert table["y"] + table["height"] <= 900, "the class table is on the first screen"
+    rows = page.locator("table.classes tr").all_inner_texts()
+    for name in ("1g", "7g", "all pods"):
+        assert any(r.startswith(name) for r in rows), (name, rows)
+    panels = page.locator(".curve-panel")
+    assert panels.count() >= 4
+    for i in range(panels.count()):
+        panel = panels.nth(i).bounding_box()
+        assert panel is not None
+        assert panel["y"] + panel["height"] <= 900, f"curve panel {i} is on the first screen"
+    assert page.locator(".curve-panel polyline").count() >= 3 * panels.count()
+    assert page.locator(".curve-panel line.target").count() >= 1, "the target is drawn"
     shot = sizing_report.parent / "report.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000, f"screenshot at {shot}"

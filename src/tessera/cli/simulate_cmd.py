@@ -33,7 +33,7 @@ from tessera.core.errors import InvalidInputError
 from tessera.sim.cluster import SHORTHAND, ClusterSpec, load_cluster, shorthand
 from tessera.sim.dra import CURATED, UNCURATED, DraPolicy
 from tessera.sim.dynamic import DEFAULT_BATCH_IDLE_S, DEFAULT_BATCH_MAX_S, DynamicPolicy
-from tessera.sim.engine import RunResult, simulate
+from tessera.sim.engine import RunResult, simulate, size_classes
 from tessera.sim.history import (
     HistoryPod,
     history_jobs,
@@ -57,7 +57,8 @@ from tessera.sim.policies import (
 )
 from tessera.sim.report import render_class_table, render_table, write_report
 from tessera.sim.shared import SharedCluster, shared_policy
-from tessera.sim.sizing import headline, parse_target, size_for
+from tessera.sim.sizing import Goal, SizeAnswer, headline, parse_goal, size_for
+from tessera.sim.sizing_report import class_table_html, class_table_text, curve_html
 from tessera.sim.static_mix import best_static_mix
 from tessera.sim.workload import (
     DEFAULT_MAX_DURATION_S,
@@ -137,10 +138,14 @@ def register(commands: Any) -> None:
     parser.add_argument("--seed", type=int, default=1, help="arrivals and synthetic seed")
     parser.add_argument("--report", type=Path, default=Path("simulation-report.html"),
                         help="HTML report path (default simulation-report.html)")
-    parser.add_argument("--size-for", metavar="TARGET",
-                        help="answer how many GPUs each policy needs to keep TARGET "
-                        "(p95-wait=60s or mean-wait=2m): the workload made for --cluster, "
-                        "replayed on 1 .. 4x its nodes (MIG clusters and GPUs without MIG)")
+    parser.add_argument("--size-for", metavar="TARGETS",
+                        help="answer how many GPUs each policy needs to keep TARGETS, "
+                        "comma-separated [CLASS:]METRIC=DURATION (METRIC p95-wait or "
+                        "mean-wait; CLASS 1g ... 7g, multi-gpu, share, whole, small for every "
+                        "class of one GPU or less, the default, or all for every pod pooled), "
+                        "e.g. small:p95-wait=2m,multi-gpu:p95-wait=6h: the workload made for "
+                        "--cluster, replayed on every size from 1 to 4x its nodes (MIG "
+                        "clusters and GPUs without MIG)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     reservation_flags.add(parser, same_as="the dynamic policy's, as the controller's flags")
@@ -366,30 +371,28 @@ def _mixed_run(args: argparse.Namespace, cluster: MixedCluster
 
 def _sizing(args: argparse.Namespace, shared: SharedCluster | None) -> int:
     """``--size-for``; ``shared``: the cluster when it is of GPUs without MIG."""
-    target = parse_target(args.size_for)
     if shared is None and "," in args.cluster:
         raise InvalidInputError("--size-for", "sizes one kind of card at a time, not a mixed "
                                 "cluster")
-    answers = []
+    makers: list[tuple[str, Callable[[int], tuple[SimPolicy, int]]]] = []
     if shared is not None:
+        goal = parse_goal(args.size_for, size_classes(shared.card))
         jobs, horizon, source = _shared_workload(args, shared)
         model_name = shared.card.name
-        names = _names(args, SHARED_DEFAULT_POLICIES)
         limit, per_node = shared.nodes * 4, shared.per_node
-        for name in names:
+        for name in _names(args, SHARED_DEFAULT_POLICIES):
             def make(nodes: int, name: str = name) -> tuple[SimPolicy, int]:
                 cluster = SharedCluster(shared.card, nodes, shared.per_node)
                 return _shared(name, cluster, args), cluster.capacity
-            answers.append(size_for(name, make, jobs, horizon, target, limit=limit,
-                                    gpus_per_node=per_node))
+            makers.append((name, make))
     else:
         mig = load_cluster(args.cluster)
+        goal = parse_goal(args.size_for, size_classes(mig.main_model))
         per_node = len(mig.nodes[0].gpus)
         jobs, horizon, source = _workload(args, mig)
         model_name = mig.main_model.name
-        names = _names(args, _default_policies(mig))
         limit = len(mig.nodes) * 4
-        for name in names:
+        for name in _names(args, _default_policies(mig)):
             if name == "static:best":
                 raise InvalidInputError("--size-for", "static:best is a mix found for one "
                                         "cluster; size each static:<layout> instead")
@@ -398,24 +401,53 @@ def _sizing(args: argparse.Namespace, shared: SharedCluster | None) -> int:
                 policy = _policy(name, cluster, args)
                 assert policy is not None
                 return policy, cluster.capacity
-            answers.append(size_for(name, make_mig, jobs, horizon, target, limit=limit,
-                                    gpus_per_node=per_node))
-    lines = headline(answers, target, limit * per_node)
-    details = [f"cluster: nodes of {per_node} {model_name} GPUs, from 1 to {limit} nodes",
-               f"workload: {source}", f"target: {target}",
-               "each policy's run below is at the size it needs (at the largest tried when "
-               "it never meets the target)"]
+            makers.append((name, make_mig))
+    answers = []
+    with Progress(TextColumn("{task.description:<22}"), BarColumn(), TimeElapsedColumn(),
+                  disable=args.no_progress, console=None, transient=False) as bar:
+        for name, maker in makers:
+            task = bar.add_task(name, total=limit)
+
+            def tick(nodes: int, task: Any = task) -> None:
+                bar.update(task, completed=nodes)
+
+            answers.append(size_for(name, maker, jobs, horizon, goal, limit=limit,
+                                    gpus_per_node=per_node, progress=tick))
+    lines = headline(answers, goal, limit * per_node)
+    details = [f"cluster: nodes of {per_node} {model_name} GPUs, every size from 1 to {limit} "
+               "nodes", f"workload: {source}, made once for {args.cluster} and replayed on "
+               "every size", f"goal: {goal}",
+               "answer: the fewest GPUs from which the goal holds at every larger size; each "
+               "policy's run below is at that size (at the largest tried when never met)"]
     report = write_report(args.report, [a.result for a in answers],
                           title="Tessera: how many GPUs does this workload need?",
-                          details=details, headline=lines)
+                          details=details, headline=lines,
+                          lead_html=(class_table_html(answers, goal),
+                                     curve_html(answers, goal)))
     if args.json:
-        print(json.dumps({"target": str(target), "report": str(report), "answers": [
-            {"policy": a.policy, "gpus": a.gpus, **a.result.summary()} for a in answers]},
+        print(json.dumps({"goal": str(goal), "targets": [
+            {"class": t.scope, "metric": t.metric, "seconds": t.seconds} for t in goal.targets],
+            "report": str(report), "answers": [_answer_json(a, goal) for a in answers]},
             indent=2))
     else:
         print("\n".join(lines))
+        print(class_table_text(answers, goal))
         print(f"report: {report}")
     return 0
+
+
+def _answer_json(a: SizeAnswer, goal: Goal) -> dict[str, Any]:
+    """One policy's answer: its size, what binds it, the sizes that also meet the goal, its
+    run at the answer (the table's figures) and the whole curve."""
+    return {"policy": a.policy, "gpus": a.gpus, "also_met_gpus": list(a.also_met),
+            "not_met_gpus": list(a.not_met), "binding_gpus": a.binding_gpus,
+            "binding": [{"class": m.class_name, "metric": m.target.metric,
+                         "value_s": round(m.value, 1), "target_s": m.target.seconds}
+                        for m in a.binding],
+            **a.result.summary(),
+            "curve": [{"gpus": gpus, "met": goal.met(r), "served_share": round(r.served_share, 4),
+                       "p95_wait_s": round(r.p95_wait, 1), "waits_by_class": r.by_class()}
+                      for gpus, r in a.curve]}
 
 
 def _sources(args: argparse.Namespace) -> None:

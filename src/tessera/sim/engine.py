@@ -22,11 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tessera.core.catalogue import MPS_SHARED_RESOURCE, WHOLE_GPU_RESOURCE
+from tessera.core.catalogue import MPS_SHARED_RESOURCE, WHOLE_GPU_RESOURCE, GpuModel, WholeGpu
 from tessera.sim.policies import Layout, Shape, SimPolicy
 from tessera.sim.workload import Job
 
-__all__ = ["MULTI_GPU", "RunResult", "percentile", "simulate", "size_class"]
+__all__ = ["MULTI_GPU", "RunResult", "percentile", "simulate", "size_class", "size_classes"]
 
 _DEPART, _START, _ARRIVE, _TICK, _SAMPLE = range(5)
 
@@ -47,6 +47,16 @@ def size_class(job: Job) -> str:
     if resource == WHOLE_GPU_RESOURCE:
         return MULTI_GPU if job.units > 1 else WHOLE
     return MULTI_GPU if job.units > 1 else f"{job.compute}g"
+
+
+def size_classes(card: GpuModel | WholeGpu) -> tuple[str, ...]:
+    """Every class :func:`size_class` can give a pod on ``card``, smallest first: one per
+    compute size of its MIG profiles, or share and whole on a GPU without MIG; multi-GPU
+    last."""
+    if isinstance(card, WholeGpu):
+        return (SHARE, WHOLE, MULTI_GPU)
+    sizes = sorted({p.compute_slices for p in card.profiles})
+    return (*(f"{n}g" for n in sizes), MULTI_GPU)
 
 
 def _class_order(name: str) -> tuple[int, int]:

@@ -15,11 +15,11 @@ from pathlib import Path
 from tessera.sim.engine import RunResult
 from tessera.sim.policies import Layout
 
-__all__ = ["comparison", "render_class_table", "render_table", "write_report"]
+__all__ = ["PALETTE", "comparison", "render_class_table", "render_table", "write_report"]
 
 _COLUMNS = ("policy", "placed", "on arrival", "served", "mean wait", "p95 wait", "frag",
             "reparts", "+slices", "-slices")
-_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
             "#7f7f7f", "#bcbd22", "#17becf")
 _PROFILE_COLOUR = {"1": "#4e79a7", "2": "#f28e2b", "3": "#59a14f", "4": "#e15759",
                    "7": "#76b7b2", "share": "#edc948", "whole": "#76b7b2"}
@@ -88,7 +88,7 @@ def _utilisation_svg(results: Sequence[RunResult], width: int = 760, height: int
     parts.append(f'<text x="{left + plot_w}" y="{height - 8}" font-size="11" '
                  f'text-anchor="end">{horizon / 3600:.1f} h</text>')
     for k, r in enumerate(results):
-        colour = _PALETTE[k % len(_PALETTE)]
+        colour = PALETTE[k % len(PALETTE)]
         points = " ".join(f"{left + plot_w * t / horizon:.1f},{top + plot_h * (1 - u):.1f}"
                           for t, u in r.utilisation)
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" '
@@ -160,10 +160,12 @@ def comparison(results: Sequence[RunResult]) -> list[str]:
 
 
 def write_report(path: Path, results: Sequence[RunResult], *, title: str,
-                 details: Sequence[str], headline: Sequence[str] = ()) -> Path:
+                 details: Sequence[str], headline: Sequence[str] = (),
+                 lead_html: Sequence[str] = ()) -> Path:
     """Write the HTML report to ``path`` (parents created) and return it: the headline answer
-    first (``headline``, or :func:`comparison` of the results), the run's settings, the
-    table, then the plots with their legend."""
+    first (``headline``, or :func:`comparison` of the results), then ``lead_html`` (sections
+    that belong on the first screen with it), the run's settings, the table, then the plots
+    with their legend."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lead = list(headline) or comparison(results)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in _COLUMNS)
@@ -171,10 +173,11 @@ def write_report(path: Path, results: Sequence[RunResult], *, title: str,
                    for r in results)
     sections = [
         f"<h1>{html.escape(title)}</h1>",
-        "<div class='headline' style='font-size:1.2em;margin:0.5em 0 1em'>"
+        "<div class='headline' style='font-size:1.05em;margin:0.5em 0 0.8em'>"
         + "".join(f"<p style='margin:0.2em 0'>{'<strong>' if i == 0 else ''}"
                   f"{html.escape(line.strip())}{'</strong>' if i == 0 else ''}</p>"
                   for i, line in enumerate(lead)) + "</div>",
+        *lead_html,
         "<ul>" + "".join(f"<li>{html.escape(d)}</li>" for d in details) + "</ul>",
         f"<table border='1' cellpadding='3'><tr>{head}</tr>{body}</table>",
         "<h2>Compute running over time (share of the cluster)</h2>",
