@@ -6,6 +6,10 @@
 #   make karpenter     build Karpenter's kwok provider (tools/karpenter) for the scale-up e2e
 #   make browser       install Debian's Chromium (as root) for the report's browser test
 #   make grafana-schema  install Grafana's dashboard schema and tsc (npm, pinned) for its check
+#   make container-tools install Debian's buildah, mmdebstrap, umoci, libseccomp-dev (root)
+#   make containerd    build containerd, its runc shim, ctr, runc and three CNI plugins
+#                      (tools/containerd) for the e2e nodes that run real containers
+#   make image         build the image from daemonset/Dockerfile into build/image (buildah)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -38,8 +42,19 @@ KARPENTER_KEY := $(shell cat $(KARPENTER_SOURCES) | sha256sum | cut -c1-12)
 KARPENTER_DIR := $(HOME)/.cache/tessera/karpenter/$(KARPENTER_VERSION)-$(KARPENTER_KEY)
 KARPENTER := $(KARPENTER_DIR)/karpenter
 
+# containerd (with ctr, the runc shim, runc and CNI plugins), cached the same way.
+CONTAINERD_VERSION := $(shell awk '$$1 == "github.com/containerd/containerd/v2" { print $$2; exit }' tools/containerd/go.mod)
+CONTAINERD_SOURCES := tools/containerd/go.mod tools/containerd/go.sum tools/containerd/build.sh tools/containerd/tools.go
+CONTAINERD_KEY := $(shell cat $(CONTAINERD_SOURCES) | sha256sum | cut -c1-12)
+CONTAINERD_DIR := $(HOME)/.cache/tessera/containerd/$(CONTAINERD_VERSION)-$(CONTAINERD_KEY)
+CONTAINERD := $(CONTAINERD_DIR)/containerd
+# The image, built by buildah from the Dockerfile on a locally made Debian base (no registry
+# is reachable here); rebuilt every run (about a minute; the base is cached in ~/.cache).
+IMAGE_DIR := build/image
+CONTAINER_TOOLS := buildah mmdebstrap umoci libseccomp-dev
+
 .PHONY: test lint typecheck layers proto-check crd-check pytest demo proto clean cluster-bins \
-	promtool karpenter browser grafana-schema
+	promtool karpenter browser grafana-schema container-tools containerd image
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,7 +63,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP) lint typecheck layers proto-check crd-check cluster-bins promtool karpenter \
-	browser grafana-schema pytest
+	browser grafana-schema containerd image pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
@@ -68,8 +83,9 @@ crd-check: $(STAMP)
 proto: $(STAMP)
 	$(BIN)/python tools/gen_proto.py
 
-pytest: $(STAMP) cluster-bins promtool karpenter browser grafana-schema
+pytest: $(STAMP) cluster-bins promtool karpenter browser grafana-schema containerd image
 	TESSERA_K8S_BIN=$(CLUSTER_BINS) TESSERA_PROMTOOL=$(PROMTOOL) TESSERA_KARPENTER=$(KARPENTER) \
+	    TESSERA_CONTAINERD_BIN=$(CONTAINERD_DIR) TESSERA_IMAGES=$(CURDIR)/$(IMAGE_DIR) \
 	    $(BIN)/pytest -q
 
 cluster-bins: $(CLUSTER_STAMP)
@@ -85,6 +101,28 @@ karpenter: $(KARPENTER)
 
 $(KARPENTER):
 	GO=$(GO) tools/karpenter/build.sh $(KARPENTER_DIR)
+
+containerd: $(CONTAINERD)
+	@echo "TESSERA_CONTAINERD_BIN=$(CONTAINERD_DIR)"
+
+$(CONTAINERD): | container-tools
+	GO=$(GO) tools/containerd/build.sh $(CONTAINERD_DIR)
+
+# Debian's daemonless image tools, and libseccomp's headers for runc's build; as root this
+# installs what is missing, otherwise it says how and the tests that need them skip.
+container-tools:
+	@missing=""; for p in $(CONTAINER_TOOLS); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || \
+	    missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing \
+	    >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q --no-install-recommends $$missing >/dev/null; }; \
+	else echo "missing:$$missing: sudo apt-get install$$missing (the image and real-container tests skip)"; fi
+
+image: $(STAMP) cluster-bins | container-tools
+	PYTHON=$(CURDIR)/$(BIN)/python GO=$(GO) tools/image/build.sh $(IMAGE_DIR)
 
 # Grafana's published dashboard schema (@grafana/schema) and tsc, at the versions in
 # tools/grafana-schema/package-lock.json; the dashboard test type-checks the JSON against it.

@@ -18,3 +18,12 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end -}}
 {{- join "," $pairs -}}
 {{- end -}}
+
+{{- /* KUBERNETES_SERVICE_HOST/PORT from apiServer.host/port (the client libraries' in-cluster
+configuration reads them); included only when apiServer.host is set. */ -}}
+{{- define "tessera.apiServerEnv" -}}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ .Values.apiServer.host | quote }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ .Values.apiServer.port | default "443" | quote }}
+{{- end -}}

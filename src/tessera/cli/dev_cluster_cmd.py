@@ -48,6 +48,10 @@ def register(commands: Any) -> None:
                     help=f"state, certificates, logs and kubeconfig (default {DEFAULT_DIR})")
     up.add_argument("--nodes", type=int, default=1,
                     help="simulated nodes to add, named tessera-node-1.. (default 1)")
+    up.add_argument("--runtime", choices=("fake", "containerd"), default="fake",
+                    help="the nodes' container runtime: fake (nothing runs; fast) or "
+                    "containerd (real containers over runc; `make containerd image` first, "
+                    "and Tessera's image is imported into every node)")
     up.add_argument("--detach", action="store_true",
                     help="run in the background; stop it with `tessera dev cluster down`")
     up.add_argument("--bin-dir", type=Path, default=None,
@@ -94,7 +98,7 @@ def _detach(args: argparse.Namespace) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / STATE_FILE).unlink(missing_ok=True)
     argv = [sys.executable, "-m", "tessera.cli.main", "dev", "cluster", "up",
-            "--dir", str(directory), "--nodes", str(args.nodes)]
+            "--dir", str(directory), "--nodes", str(args.nodes), "--runtime", args.runtime]
     if args.bin_dir is not None:
         argv += ["--bin-dir", str(args.bin_dir)]
     with open(directory / DETACH_LOG, "ab") as log:
@@ -134,7 +138,7 @@ def _foreground(args: argparse.Namespace) -> int:
     try:
         cluster.start()
         for index in range(1, args.nodes + 1):
-            cluster.add_node(f"tessera-node-{index}")
+            cluster.add_node(f"tessera-node-{index}", runtime=args.runtime)
         kubeconfig = directory / "kubeconfig"
         shutil.copyfile(cluster.kubeconfig, kubeconfig)
         kubeconfig.chmod(0o600)

@@ -43,6 +43,7 @@ from kubernetes.client.exceptions import ApiException
 from tessera.core.errors import TesseraError
 from tessera.kubelet.plugins import socket_id
 from tessera.testing.cluster import _pki, _process
+from tessera.testing.cluster._containerd import ContainerdBinaries, Images, Runtime
 from tessera.testing.cluster._process import Process
 
 KUBERNETES_VERSION = "v1.37.2"
@@ -221,25 +222,35 @@ class NodeHook(Protocol):
 
 
 class Node:
-    """A simulated GPU node: a real kubelet on its own fake container runtime.
+    """A simulated GPU node: a real kubelet on its own fake container runtime, or (with a
+    :class:`~tessera.testing.cluster._containerd.Runtime`) on its own containerd, where pods
+    run in real containers.
 
     Nothing here knows about GPUs: whatever registers device plugins in
-    :attr:`device_plugin_dir` (a test, or later the agent) makes it a GPU node.
+    :attr:`device_plugin_dir` (a test, the agent, or the chart's agent DaemonSet) makes it a
+    GPU node.
     """
 
     def __init__(self, cluster: Cluster, name: str, root: Path, kubelet_port: int,
-                 labels: Mapping[str, str]) -> None:
+                 labels: Mapping[str, str], *, runtime: Runtime | None = None) -> None:
         self.cluster = cluster
         self.name = name
         self.root = root
         self.kubelet_port = kubelet_port
         self.labels = dict(labels)
-        self.device_plugin_dir = root / "device-plugins"
-        """Bind-mounted over the kubelet's ``/var/lib/kubelet/device-plugins``."""
-        self.kubelet_root_dir = root / "root"
+        self.containers = runtime
+        """The node's containerd; None on the fake runtime."""
+        if runtime is None:
+            self.device_plugin_dir = root / "device-plugins"
+            """Bind-mounted over the kubelet's ``/var/lib/kubelet/device-plugins``."""
+            self.kubelet_root_dir = root / "root"
+            self.cri_socket = root / "cri.sock"
+        else:
+            self.device_plugin_dir = runtime.host_path(DEVICE_PLUGIN_DIR)
+            self.kubelet_root_dir = runtime.host_path("/var/lib/kubelet")
+            self.cri_socket = runtime.socket
         self.pod_resources_socket = self.kubelet_root_dir / "pod-resources" / "kubelet.sock"
         """The kubelet's PodResources v1 endpoint."""
-        self.cri_socket = root / "cri.sock"
         self.containers_file = root / "containers.jsonl"
         """One JSON line per container the kubelet created (see :meth:`created_containers`)."""
         self.kubeconfig = root / "kubelet.kubeconfig"
@@ -281,7 +292,9 @@ class Node:
             "kind": "KubeletConfiguration",
             "failSwapOn": False,
             "failCgroupV1": False,  # CI machines here still run cgroup v1
-            "cgroupsPerQOS": False,  # no cgroup hierarchy of its own: nothing really runs
+            # No QoS cgroup hierarchy of its own: on the fake runtime nothing runs, and on
+            # containerd each container still gets its own cgroups (runc, cgroupfs driver).
+            "cgroupsPerQOS": False,
             "enforceNodeAllocatable": [],
             "cgroupDriver": "cgroupfs",
             "containerRuntimeEndpoint": endpoint,
@@ -304,6 +317,9 @@ class Node:
         self.config_file.write_text(yaml.safe_dump(settings, sort_keys=False))
 
     def _start_runtime(self) -> None:
+        if self.containers is not None:
+            self.runtime = self.containers.start(self.logs)
+            return
         self.runtime = Process(
             f"{self.name}/fakecri",
             [self.cluster.binaries["fakecri"], "-log-dir", str(self.root / "container-logs"),
@@ -317,7 +333,8 @@ class Node:
             self.cluster.binaries["kubelet"],
             "--kubeconfig", str(self.kubeconfig),
             "--config", str(self.config_file),
-            "--root-dir", str(self.kubelet_root_dir),
+            "--root-dir", str(self.kubelet_root_dir) if self.containers is None
+            else "/var/lib/kubelet",
             "--cert-dir", str(self.root / "certs"),
             # No --node-ip 127.0.0.1: the kubelet refuses a loopback node IP and then skips
             # some node status fields; it reports the host's address instead.
@@ -325,11 +342,15 @@ class Node:
         ]
         if self.labels:
             kubelet += ["--node-labels", ",".join(f"{k}={v}" for k, v in self.labels.items())]
-        # $0 is the plugin folder, "$@" the kubelet's command line: no quoting to get wrong.
-        script = (f'mkdir -p {DEVICE_PLUGIN_DIR} && mount --bind "$0" {DEVICE_PLUGIN_DIR} '
-                  '&& exec "$@"')
-        argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
-                str(self.device_plugin_dir), *kubelet]
+        if self.containers is not None:
+            # containerd's mount namespace, where the node's paths are bound already.
+            argv = ["nsenter", f"--mount={self.containers.mount_namespace}", "--", *kubelet]
+        else:
+            # $0 is the plugin folder, "$@" the kubelet's command line: nothing to quote.
+            script = (f'mkdir -p {DEVICE_PLUGIN_DIR} && mount --bind "$0" {DEVICE_PLUGIN_DIR} '
+                      '&& exec "$@"')
+            argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                    str(self.device_plugin_dir), *kubelet]
         self.kubelet_starts += 1
         self.kubelet = Process(f"{self.name}/kubelet", argv, cwd=self._work_dir,
                                log_path=self.logs / f"kubelet.{self.kubelet_starts}.log")
@@ -422,7 +443,9 @@ class Node:
         """Stop everything of this node: spawned processes, then kubelet, then runtime."""
         _process.stop_all(list(self._spawned))
         self.stop_kubelet()
-        if self.runtime is not None:
+        if self.containers is not None:
+            self.containers.stop()
+        elif self.runtime is not None:
             self.runtime.stop()
 
     def memory_mib(self) -> dict[str, float]:
@@ -720,15 +743,25 @@ class Cluster:
         self.timings["controllers"] = time.monotonic() - began
 
     def add_node(self, name: str, *, labels: Mapping[str, str] | None = None,
-                 hooks: Iterable[NodeHook] = (), timeout: float = 60.0) -> Node:
-        """Start a node (fake runtime + kubelet), wait until it is Ready and untainted, then
-        run each hook on it. On failure the node's processes are stopped again."""
+                 hooks: Iterable[NodeHook] = (), timeout: float = 60.0,
+                 runtime: str = "fake") -> Node:
+        """Start a node (its runtime + kubelet), wait until it is Ready and untainted, then
+        run each hook on it. On failure the node's processes are stopped again.
+
+        ``runtime``: ``fake`` (no container runs: fast, for most tests and hollow nodes) or
+        ``containerd`` (real containers; ``make containerd image`` first, see
+        :mod:`tessera.testing.cluster._containerd`)."""
+        if runtime not in ("fake", "containerd"):
+            raise ClusterError(f"add_node: runtime {runtime!r} is neither fake nor containerd")
         if not self._started or self._stopped:
             raise ClusterError("add_node: the cluster is not running")
         if name in self.nodes:
             raise ClusterError(f"add_node: node {name!r} exists already")
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            node = Node(self, name, self.root / _folder(name), free_ports(1)[0], labels or {})
+            folder = self.root / _folder(name)
+            containers = None if runtime == "fake" else Runtime(
+                folder, ContainerdBinaries.locate(), Images.locate(), name)
+            node = Node(self, name, folder, free_ports(1)[0], labels or {}, runtime=containers)
             self.nodes[name] = node
             try:
                 node.start(timeout)
