@@ -10,6 +10,9 @@
 #   make containerd    build containerd, its runc shim, ctr, runc and three CNI plugins
 #                      (tools/containerd) for the e2e nodes that run real containers
 #   make image         build the image from daemonset/Dockerfile into build/image (buildah)
+#   make chart         package the chart (helm package) into build/chart at the one version
+#   make version       print that version (tessera.__version__)
+#   make workflows     lint .github/workflows with actionlint (tools/actionlint)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -52,9 +55,19 @@ CONTAINERD := $(CONTAINERD_DIR)/containerd
 # is reachable here); rebuilt every run (about a minute; the base is cached in ~/.cache).
 IMAGE_DIR := build/image
 CONTAINER_TOOLS := buildah mmdebstrap umoci libseccomp-dev
+# The one version: tessera.__version__ (pyproject reads it; the chart's is checked against it).
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' src/tessera/__init__.py)
+HELM ?= $(CLUSTER_BINS)/helm
+# actionlint, from the release pinned in tools/actionlint/go.mod, cached the same way.
+ACTIONLINT_VERSION := $(shell awk '$$1 == "require" && $$2 == "github.com/rhysd/actionlint" { print $$3; exit }' tools/actionlint/go.mod)
+ACTIONLINT_SOURCES := tools/actionlint/go.mod tools/actionlint/go.sum tools/actionlint/build.sh tools/actionlint/tools.go
+ACTIONLINT_KEY := $(shell cat $(ACTIONLINT_SOURCES) | sha256sum | cut -c1-12)
+ACTIONLINT_DIR := $(HOME)/.cache/tessera/actionlint/$(ACTIONLINT_VERSION)-$(ACTIONLINT_KEY)
+ACTIONLINT := $(ACTIONLINT_DIR)/actionlint
 
 .PHONY: test lint typecheck layers proto-check crd-check pytest demo proto clean cluster-bins \
-	promtool karpenter browser grafana-schema container-tools containerd image
+	promtool karpenter browser grafana-schema container-tools containerd image chart version \
+	workflows
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -62,8 +75,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP) lint typecheck layers proto-check crd-check cluster-bins promtool karpenter \
-	browser grafana-schema containerd image pytest
+test: $(STAMP) lint typecheck layers proto-check crd-check workflows cluster-bins promtool \
+	karpenter browser grafana-schema containerd image pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
@@ -123,6 +136,18 @@ container-tools:
 
 image: $(STAMP) cluster-bins | container-tools
 	PYTHON=$(CURDIR)/$(BIN)/python GO=$(GO) tools/image/build.sh $(IMAGE_DIR)
+
+version:
+	@echo $(VERSION)
+
+chart: cluster-bins
+	$(HELM) package charts/tessera --version $(VERSION) --app-version $(VERSION) -d build/chart
+
+workflows: $(ACTIONLINT)
+	$(ACTIONLINT) .github/workflows/*.yml
+
+$(ACTIONLINT):
+	GO=$(GO) tools/actionlint/build.sh $(ACTIONLINT_DIR)
 
 # Grafana's published dashboard schema (@grafana/schema) and tsc, at the versions in
 # tools/grafana-schema/package-lock.json; the dashboard test type-checks the JSON against it.

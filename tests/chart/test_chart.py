@@ -65,12 +65,93 @@ def test_bad_values_are_refused_naming_the_field(binaries: Binaries, value: str,
     assert message in result.stderr
 
 
+def _containers(binaries: Binaries, *sets: str) -> dict[str, dict[str, Any]]:
+    """The agent's and the controller's container, by workload kind."""
+    return {d["kind"]: d["spec"]["template"]["spec"]["containers"][0]
+            for d in render(binaries, *sets) if d["kind"] in ("Deployment", "DaemonSet")}
+
+
+def _pod_specs(binaries: Binaries, *sets: str) -> dict[str, dict[str, Any]]:
+    return {d["kind"]: d["spec"]["template"]["spec"]
+            for d in render(binaries, *sets) if d["kind"] in ("Deployment", "DaemonSet")}
+
+
 def test_both_components_have_probes_on_their_metrics_port(binaries: Binaries) -> None:
-    docs = {d["kind"]: d for d in render(binaries) if d["kind"] in ("Deployment", "DaemonSet")}
-    for kind in ("Deployment", "DaemonSet"):
-        (container,) = docs[kind]["spec"]["template"]["spec"]["containers"]
-        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    """The agent is on the node's network by default, so the kubelet (in that network) asks
+    it on loopback; the controller is on the pod network unless controller.hostNetwork."""
+    containers = _containers(binaries)
+    agent, controller = containers["DaemonSet"], containers["Deployment"]
+    assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics",
+                                                 "host": "127.0.0.1"}
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics",
+                                                  "host": "127.0.0.1"}
+    assert controller["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert controller["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    specs = _pod_specs(binaries)
+    assert specs["DaemonSet"]["hostNetwork"] is True
+    assert specs["DaemonSet"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert "hostNetwork" not in specs["Deployment"]
+    on_host = _containers(binaries, "controller.hostNetwork=true", "agent.hostNetwork=false")
+    assert on_host["Deployment"]["livenessProbe"]["httpGet"]["host"] == "127.0.0.1"
+    assert "host" not in on_host["DaemonSet"]["livenessProbe"]["httpGet"]
+
+
+def test_the_agent_s_liveness_probe_is_tunable(binaries: Binaries) -> None:
+    probe = _containers(binaries)["DaemonSet"]["livenessProbe"]
+    assert (probe["periodSeconds"], probe["failureThreshold"],
+            probe["terminationGracePeriodSeconds"]) == (20, 3, 30)
+    fast = _containers(binaries, "agent.livenessProbe.periodSeconds=2",
+                       "agent.livenessProbe.failureThreshold=2")["DaemonSet"]["livenessProbe"]
+    assert (fast["periodSeconds"], fast["failureThreshold"]) == (2, 2)
+
+
+def test_api_server_values_set_the_in_cluster_address_of_both_components(
+        binaries: Binaries) -> None:
+    for containers in (_containers(binaries), _containers(binaries, "apiServer.port=6443")):
+        for container in containers.values():
+            assert not [e for e in container.get("env", [])
+                        if e["name"].startswith("KUBERNETES_SERVICE")], "default: the Service"
+    containers = _containers(binaries, "apiServer.host=10.0.0.1", "apiServer.port=6443")
+    for container in containers.values():
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["KUBERNETES_SERVICE_HOST"] == "10.0.0.1"
+        assert env["KUBERNETES_SERVICE_PORT"] == "6443"
+    only_host = _containers(binaries, "apiServer.host=api.internal")["DaemonSet"]
+    env = {e["name"]: e.get("value") for e in only_host["env"]}
+    assert env["KUBERNETES_SERVICE_PORT"] == "443"
+
+
+def test_the_agent_runs_as_root_and_the_controller_as_the_image_s_user(
+        binaries: Binaries) -> None:
+    containers = _containers(binaries)
+    assert containers["DaemonSet"]["securityContext"] == {"privileged": True, "runAsUser": 0}
+    controller = containers["Deployment"]["securityContext"]
+    assert (controller["runAsNonRoot"], controller["runAsUser"],
+            controller["runAsGroup"]) == (True, 65532, 65532)
+
+
+def test_a_simulated_gpu_s_state_folder_is_mounted_only_for_sim(binaries: Binaries) -> None:
+    spec = _pod_specs(binaries, "agent.nvml=sim:/var/lib/tessera-sim/node.json")["DaemonSet"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "nvml-sim"]
+    assert volume["hostPath"] == {"path": "/var/lib/tessera-sim", "type": "Directory"}
+    (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "nvml-sim"]
+    assert mount["mountPath"] == "/var/lib/tessera-sim"
+    assert "--nvml=sim:/var/lib/tessera-sim/node.json" in spec["containers"][0]["args"]
+    real = _pod_specs(binaries)["DaemonSet"]
+    assert not [v for v in real["volumes"] if v["name"] == "nvml-sim"]
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("agent.nvml=sim:relative.json", "at '/agent/nvml'"),
+    ("apiServer.port=http", "at '/apiServer/port'"),
+    ("apiServer.hots=x", "additional properties 'hots' not allowed"),
+    ("agent.livenessProbe.periodSeconds=0", "at '/agent/livenessProbe/periodSeconds'"),
+])
+def test_bad_shipping_values_are_refused_naming_the_field(binaries: Binaries, value: str,
+                                                          message: str) -> None:
+    result = helm(binaries, "template", "tessera", str(CHART), "--set", value)
+    assert result.returncode != 0
+    assert message in result.stderr
 
 
 def test_the_controller_has_a_disruption_budget_when_it_has_a_standby(

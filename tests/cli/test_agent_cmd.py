@@ -1,15 +1,28 @@
-"""``tessera agent --once --spec-file``: bad spec files are usage errors naming the file."""
+"""``tessera agent``: bad spec files and settings are usage errors naming the file or flag; a
+node without a usable NVML gets an agent that waits, not Ready, saying why."""
 
 from __future__ import annotations
 
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tessera.cli.agent_cmd import wait_for_nvml
 from tessera.cli.main import main
 from tessera.core import catalogue
-from tessera.nvml.sim.store import load_state_file
+from tessera.nvml.backend import GpuBackend
+from tessera.nvml.sim.state import new_node_state
+from tessera.nvml.sim.store import load_state_file, write_new_state_file
+from tessera.testing.cluster import free_ports
 
 
 @pytest.mark.parametrize(("content", "problem"), [
@@ -81,3 +94,94 @@ def test_bad_dra_settings_exit_2_naming_the_flag(
     assert field in err
     assert problem in err
     assert "Traceback" not in err
+
+
+class TestAnAgentWithoutAUsableNvml:
+    """A node whose driver is missing (or a mistyped ``agent.nvml``) gets an agent that stays
+    up, not Ready, and says why and which value sets it: not a crash loop."""
+
+    def test_it_waits_says_why_once_and_starts_when_the_file_appears(
+            self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        state = tmp_path / "node.json"
+        stop = threading.Event()
+        found: list[GpuBackend | None] = []
+        waiter = threading.Thread(target=lambda: found.append(
+            wait_for_nvml(f"sim:{state}", stop, retry_s=0.05)))
+        with caplog.at_level(logging.ERROR):
+            waiter.start()
+            time.sleep(0.4)  # several tries
+            assert waiter.is_alive(), "it keeps waiting"
+            write_new_state_file(state, new_node_state("n", ["A100-SXM4-80GB"]))
+            waiter.join(5)
+        assert not waiter.is_alive()
+        (backend,) = found
+        assert backend is not None, "a backend once the file is there"
+        backend.close()
+        said = [r.getMessage() for r in caplog.records if "NVML is not usable" in r.getMessage()]
+        assert len(said) == 1, "one line per reason, not one per try"
+        assert f"--nvml sim:{state}" in said[0]
+        assert "agent.nvml" in said[0]
+        assert "no such file" in said[0]
+
+    def test_it_gives_up_waiting_when_stopped(self, tmp_path: Path) -> None:
+        stop = threading.Event()
+        stop.set()
+        assert wait_for_nvml(f"sim:{tmp_path / 'missing.json'}", stop) is None
+
+    @pytest.mark.parametrize(("state", "says"), [
+        (False, ("NVML is not usable", "agent.nvml", "no such file")),
+        (True, ("cannot reach the API server", "host='127.0.0.1', port=1",
+                "apiServer.host")),
+    ], ids=["no-state-file", "no-api-server"])
+    def test_its_process_is_live_not_ready_says_why_and_stops_on_sigterm(
+            self, tmp_path: Path, state: bool, says: tuple[str, ...]) -> None:
+        """Without NVML, and with NVML but no API server (a wrong apiServer.host): the
+        kubelet's probes get live and not ready, the log says why in a line, with no
+        traceback, and SIGTERM stops it."""
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+        nvml = tmp_path / "node.json"
+        if state:
+            write_new_state_file(nvml, new_node_state("n", ["A100-SXM4-80GB"]))
+        (port,) = free_ports(1)
+        log = tmp_path / "agent.log"
+        with log.open("wb") as out:
+            agent = subprocess.Popen(
+                [sys.executable, "-m", "tessera.cli.main", "agent", "--node-name", "n",
+                 "--kubeconfig", str(kubeconfig), "--nvml", f"sim:{nvml}",
+                 "--plugin-dir", str(tmp_path / "plugins"),
+                 "--pod-resources-socket", str(tmp_path / "pod-resources.sock"),
+                 "--resync-seconds", "1", "--metrics-port", str(port)],
+                stdout=out, stderr=subprocess.STDOUT)
+        try:
+            # Once it has said why (its start-up, a second or two, is past by then), the
+            # kubelet would see these answers, probe after probe.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not all(w in log.read_text() for w in says):
+                time.sleep(0.2)
+            samples = [(_status(port, "/healthz"), _status(port, "/readyz"))
+                       for _ in range(3)]
+            assert set(samples) == {(200, 503)}, f"(/healthz, /readyz): {samples}"
+            assert agent.poll() is None, "still running"
+            agent.send_signal(signal.SIGTERM)
+            assert agent.wait(15) == 0
+        finally:
+            if agent.poll() is None:
+                agent.kill()
+        text = log.read_text()
+        for words in says:
+            assert words in text, text[-2000:]
+        assert "Traceback" not in text
+        assert "Retrying" not in text, "urllib3's per-retry warnings stay out of the log"
+
+
+def _status(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as refused:
+        return refused.code

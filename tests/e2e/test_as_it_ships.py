@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -34,7 +35,8 @@ from tessera.testing.deployment import CHART
 from tests.e2e._util import eventually, selector
 
 NAMESPACE = "tessera-shipped"
-NODE = "real-gpu-1"
+NODES = ("real-gpu-1", "real-gpu-2")
+NODE = NODES[0]
 RUNTIME_LABEL = {"tessera.dev/runtime": "containerd"}
 SIM_STATE = "/var/lib/tessera-sim/node.json"
 """Where the chart's agent finds the simulated GPU, on the node."""
@@ -60,11 +62,12 @@ def _helm(cluster: Cluster, *args: str) -> str:
 
 
 class Shipped:
-    """The chart installed with the built image on one containerd node."""
+    """The chart installed with the built image on two containerd nodes (each with its own
+    network namespace, so both run host-network pods on the same ports)."""
 
-    def __init__(self, cluster: Cluster, node: Node, images: Images) -> None:
+    def __init__(self, cluster: Cluster, nodes: dict[str, Node], images: Images) -> None:
         self.cluster = cluster
-        self.node = node
+        self.nodes = nodes
         self.images = images
         self.core = cluster.core_v1()
         self.custom = client.CustomObjectsApi(cluster.api_client())
@@ -78,13 +81,15 @@ class Shipped:
         seen = {p.metadata.name: (p.status.phase, [(c.name, c.ready, c.state.to_dict())
                                                    for c in p.status.container_statuses or []])
                 for p in self.core.list_namespaced_pod(NAMESPACE).items}
-        node = self.cluster.get_node(NODE) or {}
-        return {"pods": seen, "allocatable": node.get("status", {}).get("allocatable")}
+        allocatable = {n: (self.cluster.get_node(n) or {}).get("status", {}).get("allocatable")
+                       for n in self.nodes}
+        return {"pods": seen, "allocatable": allocatable}
 
     def container_log(self, namespace: str, pod: str, container: str) -> str:
-        """A container's output, read where the kubelet keeps it on the node (the API server
-        would ask the kubelet at the node's address, which is not on loopback)."""
-        found = sorted(self.node.root.glob(f"pod-logs/{namespace}_{pod}_*/{container}/*.log"))
+        """A container's output, read where the kubelet keeps it on its node (the API server
+        would ask the kubelet at the node's address, inside the node's own network)."""
+        found = sorted(f for node in self.nodes.values()
+                       for f in node.root.glob(f"pod-logs/{namespace}_{pod}_*/{container}/*.log"))
         return "".join(line.split(" ", 3)[-1] for f in found
                        for line in f.read_text().splitlines(keepends=True))
 
@@ -92,14 +97,28 @@ class Shipped:
 @pytest.fixture(scope="module")
 def shipped(cluster: Cluster) -> Iterator[Shipped]:
     _, images = _required()
-    node = cluster.add_node(NODE, runtime="containerd",
-                            labels={**RUNTIME_LABEL, "nvidia.com/gpu.present": "true"})
-    state = node.containers.host_path(SIM_STATE) if node.containers else None
-    assert state is not None
-    write_new_state_file(state, new_node_state(NODE, ["A100-SXM4-80GB"], mig=True))
+    nodes: dict[str, Node] = {}
+    running = Shipped(cluster, nodes, images)
+    try:
+        for name in NODES:
+            nodes[name] = cluster.add_node(name, runtime="containerd", labels={
+                **RUNTIME_LABEL, "nvidia.com/gpu.present": "true"})
+            assert nodes[name].containers is not None
+            write_new_state_file(nodes[name].containers.host_path(SIM_STATE),
+                                 new_node_state(name, ["A100-SXM4-80GB"], mig=True))
+        yield from _installed(cluster, running)
+    finally:
+        for name in nodes:
+            cluster.remove_node(name)
+            with contextlib.suppress(ApiException):
+                running.custom.delete_cluster_custom_object(GROUP, VERSION, "nodepartitions",
+                                                            name)
+
+
+def _installed(cluster: Cluster, running: Shipped) -> Iterator[Shipped]:
+    images = running.images
     repository, tag = images.image.rsplit(":", 1)
     agent_port, controller_port = free_ports(2)
-    running = Shipped(cluster, node, images)
     try:
         _helm(cluster, "install", "tessera", str(CHART), "--namespace", NAMESPACE,
               "--create-namespace", "--wait", "--timeout", "240s",
@@ -110,7 +129,11 @@ def shipped(cluster: Cluster) -> Iterator[Shipped]:
               "--set", f"agent.nvml=sim:{SIM_STATE}",
               "--set", "agent.nodeSelector.tessera\\.dev/runtime=containerd",
               "--set", f"agent.metricsPort={agent_port}", "--set", "agent.resyncSeconds=1",
-              "--set", "controller.replicas=1", "--set", "controller.hostNetwork=true",
+              # A hung agent is restarted within seconds, not the default minute and a half.
+              "--set", "agent.livenessProbe.periodSeconds=2",
+              "--set", "agent.livenessProbe.failureThreshold=2",
+              "--set", "agent.livenessProbe.terminationGracePeriodSeconds=2",
+              "--set", "controller.replicas=2", "--set", "controller.hostNetwork=true",
               "--set", f"controller.metricsPort={controller_port}")
         running.custom.create_cluster_custom_object(GROUP, VERSION, "partitionpolicies", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "PartitionPolicy",
@@ -128,44 +151,84 @@ def shipped(cluster: Cluster) -> Iterator[Shipped]:
         subprocess.run([cluster.binaries["helm"], "--kubeconfig", str(cluster.kubeconfig),
                         "uninstall", "tessera", "-n", NAMESPACE, "--wait", "--timeout",
                         "60s"], capture_output=True, timeout=120, check=False)
-        cluster.remove_node(NODE)
-        with contextlib.suppress(ApiException):
-            running.custom.delete_cluster_custom_object(GROUP, VERSION, "nodepartitions", NODE)
 
 
 def test_the_agent_runs_from_its_image_and_is_ready_through_its_probes(
         shipped: Shipped) -> None:
     """helm --wait returned, so the DaemonSet is rolled out: its pod is Ready by the kubelet's
     own readiness probe, in a container of the image built from the Dockerfile."""
-    (agent,) = [p for p in shipped.pods("agent") if p.spec.node_name == NODE]
-    assert agent.status.phase == "Running", shipped.describe()
-    (status,) = agent.status.container_statuses
-    assert status.ready, shipped.describe()
-    assert status.container_id.startswith("containerd://")
-    assert status.image_id.endswith(shipped.images.image_id), (status.image_id,
-                                                                shipped.images.image_id)
-    assert agent.spec.host_network
-    log = shipped.container_log(NAMESPACE, agent.metadata.name, "agent")
-    assert "Traceback" not in log, log
-    # The agent reported the simulated card through the API server it reached on loopback,
-    # with the token the kubelet projected into its container.
-    eventually(lambda: shipped.custom.get_cluster_custom_object(
-        GROUP, VERSION, "nodepartitions", NODE).get("status", {}).get("gpus"), 60,
-        f"the agent's report on NodePartition {NODE}", describe=shipped.describe)
+    agents = {p.spec.node_name: p for p in shipped.pods("agent")}
+    assert set(agents) == set(NODES), shipped.describe()
+    for node, agent in agents.items():
+        assert agent.status.phase == "Running", shipped.describe()
+        (status,) = agent.status.container_statuses
+        assert status.ready, shipped.describe()
+        assert status.container_id.startswith("containerd://")
+        assert status.image_id.endswith(shipped.images.image_id), (status.image_id,
+                                                                    shipped.images.image_id)
+        assert agent.spec.host_network
+        log = shipped.container_log(NAMESPACE, agent.metadata.name, "agent")
+        assert "Traceback" not in log, log
+        # The agent reported the simulated card through the API server it reached on
+        # loopback, with the token the kubelet projected into its container.
+        eventually(lambda node=node: shipped.custom.get_cluster_custom_object(
+            GROUP, VERSION, "nodepartitions", node).get("status", {}).get("gpus"), 60,
+            f"the agent's report on NodePartition {node}", describe=shipped.describe)
 
 
-def test_the_controller_runs_in_its_pod_as_non_root(shipped: Shipped) -> None:
-    (controller,) = shipped.pods("controller")
-    assert controller.status.phase == "Running", shipped.describe()
-    assert all(c.ready for c in controller.status.container_statuses)
-    (status,) = controller.status.container_statuses
-    task = status.container_id.removeprefix("containerd://")
-    assert shipped.node.containers is not None
-    listed = shipped.node.containers.ctr("tasks", "ls")
-    pid = next(line.split()[1] for line in listed.splitlines() if line.startswith(task))
-    uids = next(line.split()[1:] for line in Path(f"/proc/{pid}/status").read_text()
-                .splitlines() if line.startswith("Uid:"))
-    assert set(uids) == {"65532"}, f"the controller's process runs as {uids}"
+def _pid(shipped: Shipped, container_id: str, node: str = NODE) -> int:
+    """The host pid of a container's first process (its node's containerd task list)."""
+    task = container_id.removeprefix("containerd://")
+    runtime = shipped.nodes[node].containers
+    assert runtime is not None
+    listed = runtime.ctr("tasks", "ls")
+    return int(next(line.split()[1] for line in listed.splitlines() if line.startswith(task)))
+
+
+def test_the_controller_runs_in_its_pods_as_non_root(shipped: Shipped) -> None:
+    controllers = shipped.pods("controller")
+    assert len(controllers) == 2, shipped.describe()
+    assert {c.spec.node_name for c in controllers} == set(NODES), "one per node (its port)"
+    for controller in controllers:
+        assert controller.status.phase == "Running", shipped.describe()
+        (status,) = controller.status.container_statuses
+        assert status.ready, shipped.describe()
+        pid = _pid(shipped, status.container_id, controller.spec.node_name)
+        uids = next(line.split()[1:] for line in Path(f"/proc/{pid}/status").read_text()
+                    .splitlines() if line.startswith("Uid:"))
+        assert set(uids) == {"65532"}, f"the controller's process runs as {uids}"
+
+
+def _run_mig_pod(shipped: Shipped, name: str) -> tuple[client.V1Pod, str]:
+    """A pod asking one ``mig-1g.10gb`` that prints its environment, once Running, and the
+    MIG device id PodResources lists for it."""
+    shipped.core.create_namespaced_pod("default", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": APP},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                 "nodeSelector": RUNTIME_LABEL,
+                 "containers": [{
+                     "name": "cuda", "image": shipped.images.image,
+                     "imagePullPolicy": "Never",
+                     "command": ["/bin/sh", "-c", "env; sleep 600"],
+                     "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]}})
+    pod = eventually(
+        lambda: (p := shipped.core.read_namespaced_pod(name, "default")).status.phase
+        == "Running" and p, 180, f"pod {name} Running", describe=shipped.describe)
+    with PodResourcesClient(shipped.nodes[pod.spec.node_name].pod_resources_socket
+                            ) as pod_resources:
+        listed = pod_resources.get("default", name)
+    ids = [i for c in listed.containers for d in c.devices for i in d.device_ids]
+    assert len(ids) == 1, listed
+    return pod, ids[0]
+
+
+def _slices_on_the_card(shipped: Shipped, node: str) -> list[str]:
+    runtime = shipped.nodes[node].containers
+    assert runtime is not None
+    state = json.loads(runtime.host_path(SIM_STATE).read_text())
+    return [ci["uuid"] for g in state["gpus"] for gi in g["instances"]
+            for ci in gi["compute_instances"]]
 
 
 def test_a_mig_pod_runs_in_a_real_container_and_sees_the_slice_the_kubelet_gave_it(
@@ -175,35 +238,69 @@ def test_a_mig_pod_runs_in_a_real_container_and_sees_the_slice_the_kubelet_gave_
     the scheduler binds the released pod, and the kubelet's Allocate answer reaches the
     container's environment: the very MIG device PodResources lists for it."""
     name = "mig-workload"
-    shipped.core.create_namespaced_pod("default", {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "labels": APP},
-        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
-                 "nodeSelector": RUNTIME_LABEL,
-                 "containers": [{
-                     "name": "cuda", "image": shipped.images.image,
-                     "imagePullPolicy": "Never",
-                     "command": ["/bin/sh", "-c", "env; ip -o addr 2>/dev/null; sleep 600"],
-                     "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]}})
     began = time.monotonic()
-    pod = eventually(
-        lambda: (p := shipped.core.read_namespaced_pod(name, "default")).status.phase
-        == "Running" and p, 180, f"pod {name} Running", describe=shipped.describe)
-    assert pod.spec.node_name == NODE
-    with PodResourcesClient(shipped.node.pod_resources_socket) as pod_resources:
-        listed = pod_resources.get("default", name)
-    ids = [i for c in listed.containers for d in c.devices for i in d.device_ids]
-    assert len(ids) == 1, listed
+    pod, device = _run_mig_pod(shipped, name)
+    assert pod.spec.node_name in NODES
+    ids = [device]
     assert ids[0].startswith("MIG-")
     env = eventually(lambda: dict(line.split("=", 1) for line in shipped.container_log(
         "default", name, "cuda").splitlines() if "=" in line), 30, "the container's output")
     assert env.get("NVIDIA_VISIBLE_DEVICES") == ids[0], env
-    state = json.loads(shipped.node.containers.host_path(SIM_STATE).read_text()) \
-        if shipped.node.containers else {}
-    on_card = [ci["uuid"] for g in state["gpus"] for gi in g["instances"]
-               for ci in gi["compute_instances"]]
+    on_card = _slices_on_the_card(shipped, pod.spec.node_name)
     assert ids[0] in on_card, (ids[0], on_card)
     # The workload has its own network namespace, not the node's.
     assert not pod.spec.host_network
     assert (pod.status.pod_ip or "").startswith("198.18."), pod.status.pod_ip
     print(f"create to Running: {time.monotonic() - began:.1f} s")
+
+
+def test_a_frozen_agent_is_restarted_by_its_liveness_probe_and_its_slices_survive(
+        shipped: Shipped) -> None:
+    """SIGSTOP: the agent is alive but answers nothing, as a hung one does. The kubelet's
+    liveness probe (2 s x 2 here, set by the chart's agent.livenessProbe) restarts it; the
+    new agent adopts the card as it is, and the slice a running pod holds stays."""
+    pod, device = _run_mig_pod(shipped, "held-through-restart")
+    node = pod.spec.node_name
+    (agent,) = [p for p in shipped.pods("agent") if p.spec.node_name == node]
+    (status,) = agent.status.container_statuses
+    pid = _pid(shipped, status.container_id, node)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        def restarted_and_ready() -> bool:
+            (now,) = [p for p in shipped.pods("agent") if p.spec.node_name == node]
+            (current,) = now.status.container_statuses
+            return current.restart_count > status.restart_count and bool(current.ready)
+
+        eventually(restarted_and_ready, 90, "the frozen agent restarted and Ready again",
+                   describe=shipped.describe)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    assert device in _slices_on_the_card(shipped, node), "the slice in use survived"
+    held = shipped.core.read_namespaced_pod(pod.metadata.name, "default")
+    assert held.status.phase == "Running"
+    with PodResourcesClient(shipped.nodes[node].pod_resources_socket) as pod_resources:
+        listed = pod_resources.get("default", pod.metadata.name)
+    assert [i for c in listed.containers for d in c.devices for i in d.device_ids] == [device]
+
+
+def test_deleting_the_leader_s_pod_hands_over_the_lead_and_a_waiting_pod_is_placed(
+        shipped: Shipped) -> None:
+    """Two controller replicas, one Lease: the leader's pod is deleted while a GPU pod
+    waits; the other replica takes the Lease and places it."""
+    coordination = client.CoordinationV1Api(shipped.cluster.api_client())
+
+    def holder() -> str:
+        lease = coordination.read_namespaced_lease("tessera-controller", NAMESPACE)
+        return str(lease.spec.holder_identity or "")
+
+    leader = eventually(holder, 60, "a controller holds the Lease", describe=shipped.describe)
+    replicas = {p.metadata.name for p in shipped.pods("controller")}
+    assert leader in replicas, (leader, replicas)
+    shipped.core.delete_namespaced_pod(leader, NAMESPACE)
+    pod, device = _run_mig_pod(shipped, "placed-by-the-next-leader")
+    assert device.startswith("MIG-")
+    new = holder()
+    assert new != leader, "the deleted replica does not hold the Lease"
+    assert new in {p.metadata.name for p in shipped.pods("controller")}
+    assert pod.status.phase == "Running"

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as TransportError
 
 from tessera.agent.metrics import AgentMetrics
 from tessera.agent.node import NodeRuntime
@@ -102,6 +103,13 @@ class AgentRunner:
                 except ApiException as exc:
                     log.error("API error while reconciling: %s %s: %s", exc.status, exc.reason,
                               str(exc.body)[:2000])
+                except TransportError as exc:
+                    # One line, with the address: a wrong server (in a pod, the chart's
+                    # apiServer.host/apiServer.port) is a setting to fix, not a bug to trace.
+                    log.error("cannot reach the API server, so the agent is not ready: %s "
+                              "(in a pod: the chart's apiServer.host and apiServer.port, or "
+                              "the kubernetes Service); trying again in %g s", exc,
+                              self.resync_s)
                 except Exception:
                     log.exception("reconcile failed")
                 self._wake.wait(self.resync_s)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import signal
 import threading
@@ -22,7 +23,7 @@ from tessera.api.v1alpha1 import NodePartition
 from tessera.cli import logs
 from tessera.core import dra
 from tessera.core.catalogue import MPS_MAX_CLIENTS
-from tessera.core.errors import InvalidInputError
+from tessera.core.errors import BackendError, InvalidInputError, StateFileError
 from tessera.kube.config import api_client
 from tessera.kube.events import EventRecorder
 from tessera.kube.health import HealthServer
@@ -189,15 +190,75 @@ def run_agent(args: argparse.Namespace) -> int:
     return 0 if applied.status == "True" else 1
 
 
+log = logging.getLogger(__name__)
+
+NVML_RETRY_S = 10.0
+"""How often an agent whose NVML is not usable tries again."""
+
+
+class _Probes:
+    """The runner's probes once it runs; before that, live (the process answers) and not
+    ready, so that a node without a usable NVML shows a pod that is not Ready, with the reason
+    in its log, instead of a crash loop."""
+
+    def __init__(self) -> None:
+        self.runner: AgentRunner | None = None
+
+    def live(self) -> bool:
+        return self.runner.live() if self.runner is not None else True
+
+    def ready(self) -> bool:
+        return self.runner.ready() if self.runner is not None else False
+
+
+def wait_for_nvml(spec: str, stop: threading.Event,
+                  retry_s: float = NVML_RETRY_S) -> GpuBackend | None:
+    """``open_backend(spec)``, tried again every ``retry_s`` while the driver's library or the
+    simulator's state file is missing or refuses (a node whose driver is still installing, a
+    mistyped path); each new reason is logged once, naming the flag and the chart value that
+    set it. None when ``stop`` is set first. A malformed ``spec`` is refused at once."""
+    said = ""
+    while not stop.is_set():
+        try:
+            return open_backend(spec)
+        except (BackendError, StateFileError) as exc:
+            if str(exc) != said:
+                said = str(exc)
+                log.error("NVML is not usable, so the agent is not ready: --nvml %s: %s. "
+                          "The chart sets it with agent.nvml (real: the driver's "
+                          "libnvidia-ml.so.1, which the NVIDIA container toolkit mounts; "
+                          "sim:FILE: a simulated node's state file). Trying again every %g s",
+                          spec, exc, retry_s)
+        stop.wait(retry_s)
+    return None
+
+
 def _run_connected(args: argparse.Namespace) -> int:
     if not args.node_name:
         raise InvalidInputError("--node-name", "the agent must know its node: pass --node-name "
                                 "or set NODE_NAME (the chart sets it from spec.nodeName)")
     if args.api == "dra":
         _check_dra_flags(args)
+    if not (args.nvml == "real" or (args.nvml.startswith("sim:") and len(args.nvml) > 4)):
+        raise InvalidInputError("--nvml", f"{args.nvml!r} is not a backend", ["real",
+                                                                               "sim:FILE"])
     api = api_client(args.kubeconfig)
-    backend = open_backend(args.nvml)
     metrics = AgentMetrics()
+    probes = _Probes()
+    stopped = threading.Event()
+
+    def stop(*_: object) -> None:
+        stopped.set()
+        if probes.runner is not None:
+            probes.runner.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if args.metrics_port:
+        HealthServer(args.metrics_port, metrics.registry, live=probes.live, ready=probes.ready)
+    backend = wait_for_nvml(args.nvml, stopped)
+    if backend is None:
+        return 0
     if args.api == "dra":
         runner = _dra_runner(args, api, backend, metrics)
     else:
@@ -206,10 +267,9 @@ def _run_connected(args: argparse.Namespace) -> int:
                              NodePartitions(api),
                              events=EventRecorder(api, "agent"),
                              metrics=metrics, resync_s=args.resync_seconds)
-    if args.metrics_port:
-        HealthServer(args.metrics_port, metrics.registry, live=runner.live, ready=runner.ready)
-    signal.signal(signal.SIGTERM, lambda *_: runner.stop())
-    signal.signal(signal.SIGINT, lambda *_: runner.stop())
+    probes.runner = runner
+    if stopped.is_set():
+        runner.stop()
     try:
         runner.run()
     finally:

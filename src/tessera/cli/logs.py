@@ -29,3 +29,6 @@ def configure(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    # urllib3 says "Retrying ..." for each of a request's retries; what failed in the end is
+    # what the caller logs, once.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)

@@ -148,12 +148,15 @@ class TesseraDeployment:
 
     def add_gpu_node(self, name: str, labels: Mapping[str, str], models: Sequence[str],
                      *, mig: bool = False, resync_s: float = 1.0, mps: bool = False,
-                     api: str = "device-plugin", dra_mps_shares: int = 4) -> Node:
+                     api: str = "device-plugin", dra_mps_shares: int = 4,
+                     runtime: str = "fake") -> Node:
         """A real kubelet with ``tessera agent`` beside it on a simulated node of ``models``;
         ``mps`` gives the agent MPS, with the stand-in ``nvidia-cuda-mps-control``; ``api``
         ``dra`` runs the agent as the node's DRA driver (registered in the kubelet's plugin
         registry under its root dir) instead of its device plugins, offering GPUs without MIG
-        as ``dra_mps_shares`` MPS shares when ``mps``."""
+        as ``dra_mps_shares`` MPS shares when ``mps``. ``runtime``: the kubelet's, ``fake`` or
+        ``containerd`` (pods then run in real containers; the agent stays a process beside
+        the kubelet, with the node's own paths)."""
 
         def start_agent(node: Node) -> None:
             kubeconfig = self.agent_kubeconfig_for(node.name)
@@ -175,7 +178,8 @@ class TesseraDeployment:
                           "--plugins-registry", str(node.kubelet_root_dir / "plugins_registry"),
                           "--dra-plugin-dir",
                           str(node.kubelet_root_dir / "plugins" / "gpu.tessera.dev"),
-                          "--cdi-dir", str(node.root / "cdi")]
+                          "--cdi-dir", str(node.containers.host_path("/var/run/cdi")
+                                           if node.containers else node.root / "cdi")]
                 if mps:
                     extra += ["--dra-mps-shares", str(dra_mps_shares)]
             node.spawn("agent", [
@@ -186,7 +190,7 @@ class TesseraDeployment:
                 "--resync-seconds", str(resync_s), "--metrics-port", "0",
                 "--log-level", "INFO", *extra], env=env)
 
-        node = self.cluster.add_node(name, labels=labels, hooks=[start_agent])
+        node = self.cluster.add_node(name, labels=labels, hooks=[start_agent], runtime=runtime)
         self.nodes[name] = node
         return node
 

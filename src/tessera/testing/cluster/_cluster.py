@@ -43,7 +43,7 @@ from kubernetes.client.exceptions import ApiException
 from tessera.core.errors import TesseraError
 from tessera.kubelet.plugins import socket_id
 from tessera.testing.cluster import _pki, _process
-from tessera.testing.cluster._containerd import ContainerdBinaries, Images, Runtime
+from tessera.testing.cluster._containerd import NODE_IP, ContainerdBinaries, Images, Runtime
 from tessera.testing.cluster._process import Process
 
 KUBERNETES_VERSION = "v1.37.2"
@@ -318,7 +318,7 @@ class Node:
 
     def _start_runtime(self) -> None:
         if self.containers is not None:
-            self.runtime = self.containers.start(self.logs)
+            self.runtime = self.containers.start(self.logs, self.cluster.ports()["apiserver"])
             return
         self.runtime = Process(
             f"{self.name}/fakecri",
@@ -343,8 +343,11 @@ class Node:
         if self.labels:
             kubelet += ["--node-labels", ",".join(f"{k}={v}" for k, v in self.labels.items())]
         if self.containers is not None:
-            # containerd's mount namespace, where the node's paths are bound already.
-            argv = ["nsenter", f"--mount={self.containers.mount_namespace}", "--", *kubelet]
+            # containerd's namespaces: the node's paths are bound there, its network is the
+            # node's own (the API server relayed in on loopback).
+            argv = ["nsenter", f"--mount={self.containers.mount_namespace}",
+                    f"--net={self.containers.network_namespace}", "--", *kubelet,
+                    "--node-ip", NODE_IP]
         else:
             # $0 is the plugin folder, "$@" the kubelet's command line: nothing to quote.
             script = (f'mkdir -p {DEVICE_PLUGIN_DIR} && mount --bind "$0" {DEVICE_PLUGIN_DIR} '

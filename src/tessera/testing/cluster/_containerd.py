@@ -1,19 +1,21 @@
 """A node's real container runtime: containerd and runc, built from their Go modules by
 ``tools/containerd``, with CNI plugins from theirs.
 
-Each such node has its own containerd (root, state, socket) and its own mount namespace,
-shared by containerd, its shims and the node's kubelet. In it the host paths a node agent's
-DaemonSet mounts (:data:`NODE_PATHS`: the kubelet's directory, the MPS pipes, CDI specs, the
-simulated GPU's state) are bind-mounted from the node's folder, so several nodes coexist on one
-machine while the chart's pods see the paths of a real node, unchanged. Containers run for real
-(runc, cgroups, overlayfs).
+Each such node has its own containerd (root, state, socket), and its own mount and network
+namespaces, shared by containerd, its shims and the node's kubelet. In the mount namespace the
+host paths a node agent's DaemonSet mounts (:data:`NODE_PATHS`: the kubelet's directory, the
+MPS pipes, CDI specs, the simulated GPU's state) are bind-mounted from the node's folder, so
+several nodes coexist on one machine while the chart's pods see the paths of a real node,
+unchanged. Containers run for real (runc, cgroups, overlayfs).
 
-Networking never leaves the machine. Tessera's own pods use the host network, as device
-plugins and node agents do, and reach the API server on loopback (the chart's
-``apiServer.host``). Other pods get a network namespace whose ``eth0`` is a veth on a bridge
-of their node's that has no address, no gateway and no route out (the pod's address from
-host-local, in 198.18.0.0/15, the range set aside for benchmarks): a pod reaches the pods of
-its own node and nothing else.
+Networking never leaves the machine. The node's network is its own namespace: loopback, and
+a veth pair inside it holding the node's address (:data:`NODE_IP`); the one way out is the
+API server on 127.0.0.1 (:mod:`tessera.testing.cluster._netns`). Tessera's own pods use that
+host network, as device plugins and node agents do, and reach the API server on loopback
+(the chart's ``apiServer.host``); two nodes' host-network pods may listen on one port. Other
+pods get a network namespace whose ``eth0`` is a veth on a bridge of their node's that has no
+address, no gateway and no route out (the pod's address from host-local, in 198.18.0.0/16):
+a pod reaches the pods of its own node and nothing else.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from tessera.testing.cluster._netns import Forwarder
 from tessera.testing.cluster._process import Process
 
 __all__ = ["BIN_ENV", "IMAGES_ENV", "NODE_PATHS", "ContainerdBinaries", "Images", "Runtime"]
@@ -48,6 +51,10 @@ NODE_PATHS = {
     "/var/lib/tessera-sim": "sim",
 }
 """Host paths as each real-runtime node sees them, and the folder of the node's they are."""
+
+NODE_IP = "198.19.0.1"
+"""Every real-runtime node's address, inside its own network namespace (198.18.0.0/15 is set
+aside for benchmarks and reaches nothing here)."""
 
 _REPO_ROOT = Path(__file__).resolve().parents[4]
 
@@ -119,8 +126,9 @@ class Runtime:
         self.socket = root / "containerd.sock"
         self.config = root / "containerd.toml"
         self.process: Process | None = None
+        self.forwarder: Forwarder | None = None
         self.bridge = "tsb" + hashlib.sha256(str(root).encode()).hexdigest()[:10]
-        """The node's bridge (host network namespace; no address; removed on stop)."""
+        """The pods' bridge, in the node's network namespace (no address; gone with it)."""
 
     def host_path(self, path: str) -> Path:
         """Where a node path (``/var/lib/kubelet/...``) lies in the node's folder."""
@@ -169,17 +177,21 @@ state = "{run / 'state'}"
     max_conf_num = 1
 """)
 
-    def start(self, logs: Path, timeout: float = 30.0) -> Process:
-        """containerd in a new mount namespace with :data:`NODE_PATHS` bound from the node's
-        folder; returns once its socket answers and the images are imported."""
+    def start(self, logs: Path, api_port: int, timeout: float = 30.0) -> Process:
+        """containerd in new mount and network namespaces, with :data:`NODE_PATHS` bound from
+        the node's folder and the API server at 127.0.0.1:``api_port`` relayed in; returns
+        once its socket answers and the images are imported."""
         for folder in NODE_PATHS.values():
             (self.root / folder).mkdir(parents=True, exist_ok=True)
         self._write_config()
         binds = " && ".join(f'mkdir -p {path} && mount --bind "$0/{folder}" {path}'
                             for path, folder in NODE_PATHS.items())
-        argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                f'{binds} && exec "$@"', str(self.root), self.binaries["containerd"],
-                "--config", str(self.config)]
+        network = ("ip link set lo up && ip link add tsn0 type veth peer name tsn1 && "
+                   f"ip addr add {NODE_IP}/30 dev tsn0 && ip link set tsn0 up && "
+                   "ip link set tsn1 up")
+        argv = ["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c",
+                f'{network} && {binds} && exec "$@"', str(self.root),
+                self.binaries["containerd"], "--config", str(self.config)]
         env = {**os.environ, "PATH": f"{self.binaries.directory}:{os.environ.get('PATH', '')}"}
         self.process = Process(f"{self.name}/containerd", argv, log_path=logs / "containerd.log",
                                env=env)
@@ -189,6 +201,7 @@ state = "{run / 'state'}"
                 raise RuntimeError(f"{self.name}'s containerd did not start; see "
                                    f"{logs / 'containerd.log'}")
             time.sleep(0.1)
+        self.forwarder = Forwarder(self.network_namespace, api_port, ("127.0.0.1", api_port))
         for archive in self.images.archives:
             self.ctr("images", "import", str(archive), timeout=120)
         return self.process
@@ -204,9 +217,15 @@ state = "{run / 'state'}"
 
     @property
     def mount_namespace(self) -> str:
-        """The namespace the kubelet joins (``nsenter --mount=...``)."""
+        """The mount namespace the kubelet joins (``nsenter --mount=...``)."""
         assert self.process is not None
         return f"/proc/{self.process.pid}/ns/mnt"
+
+    @property
+    def network_namespace(self) -> str:
+        """The node's network namespace (``nsenter --net=...``)."""
+        assert self.process is not None
+        return f"/proc/{self.process.pid}/ns/net"
 
     def stop(self) -> None:
         """Kill every container of this node (their shims outlive containerd by design),
@@ -221,12 +240,14 @@ state = "{run / 'state'}"
                     with contextlib.suppress(Exception):
                         self.ctr("tasks", "delete", "--force", task)
             self.process.stop()
+        if self.forwarder is not None:
+            self.forwarder.close()
+            self.forwarder = None
         for pid in self._shims():
             with contextlib.suppress(ProcessLookupError):
                 for child in _children(pid):
                     os.kill(child, signal.SIGKILL)
                 os.kill(pid, signal.SIGKILL)
-        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
 
     def _shims(self) -> Iterable[int]:
         """The runc shims started for this node's containerd (their command line names its
