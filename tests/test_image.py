@@ -10,11 +10,10 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-import pytest
 import yaml
 
 import tessera
-from tessera.testing.cluster._containerd import ContainerdBinaries, Images
+from tessera.testing.cluster.fixtures import require_real_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = yaml.safe_load((ROOT / "charts" / "tessera" / "Chart.yaml").read_text())
@@ -27,18 +26,9 @@ def test_one_version_for_the_package_the_chart_and_the_image() -> None:
         "charts/tessera/Chart.yaml version must be tessera.__version__ (one release number)")
 
 
-def _required() -> tuple[ContainerdBinaries, Images]:
-    try:
-        return ContainerdBinaries.locate(), Images.locate()
-    except FileNotFoundError as missing:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI=true and the image or runc is missing: {missing}", pytrace=False)
-        pytest.skip(str(missing))
-
-
 def test_the_image_s_entry_point_runs_under_runc_and_says_the_chart_s_app_version(
         tmp_path: Path) -> None:
-    binaries, images = _required()
+    binaries, images = require_real_runtime()
     layout = tmp_path / "layout"
     with tarfile.open(images.directory / "tessera.tar") as archive:
         archive.extractall(layout, filter="tar")
@@ -59,10 +49,11 @@ def test_the_image_s_entry_point_runs_under_runc_and_says_the_chart_s_app_versio
 
 
 def test_two_builds_of_one_commit_give_the_same_image() -> None:
-    _, images = _required()
+    _, images = require_real_runtime()
     again = subprocess.run([str(ROOT / "tools" / "image" / "build.sh"), "--rebuild-id"],
                            capture_output=True, text=True, timeout=600, check=False,
                            env={**os.environ, "PYTHON": str(ROOT / ".venv" / "bin" / "python")})
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == images.image_id, (
-        f"a second build gave {again.stdout.strip()}, make image gave {images.image_id}")
+        f"a second build gave {again.stdout.strip()}, make image gave {images.image_id} "
+        "(if the sources changed since `make image`, run it again: make test does)")

@@ -30,27 +30,24 @@ from tessera.kubelet.podresources import PodResourcesClient
 from tessera.nvml.sim.state import new_node_state
 from tessera.nvml.sim.store import write_new_state_file
 from tessera.testing.cluster import Cluster, Node, free_ports
-from tessera.testing.cluster._containerd import ContainerdBinaries, Images
+from tessera.testing.cluster._containerd import Images
+from tessera.testing.cluster.fixtures import require_real_runtime
 from tessera.testing.deployment import CHART
 from tests.e2e._util import eventually, selector
 
 NAMESPACE = "tessera-shipped"
 NODES = ("real-gpu-1", "real-gpu-2")
+"""Device-plugin nodes (the chart's agent DaemonSet)."""
 NODE = NODES[0]
+DRA_NODE = "real-dra-1"
+"""A DRA node (the chart's agent-dra DaemonSet, dra.enabled)."""
+POOL = {"tessera.dev/pool": "shipped-device-plugin"}
+DRA_LABELS = {"tessera.dev/api": "dra"}
 RUNTIME_LABEL = {"tessera.dev/runtime": "containerd"}
 SIM_STATE = "/var/lib/tessera-sim/node.json"
 """Where the chart's agent finds the simulated GPU, on the node."""
 POLICY = "shipped-dynamic"
 APP = {"app": "as-it-ships"}
-
-
-def _required() -> tuple[ContainerdBinaries, Images]:
-    try:
-        return ContainerdBinaries.locate(), Images.locate()
-    except FileNotFoundError as missing:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI=true and the real runtime is missing: {missing}", pytrace=False)
-        pytest.skip(str(missing))
 
 
 def _helm(cluster: Cluster, *args: str) -> str:
@@ -62,8 +59,9 @@ def _helm(cluster: Cluster, *args: str) -> str:
 
 
 class Shipped:
-    """The chart installed with the built image on two containerd nodes (each with its own
-    network namespace, so both run host-network pods on the same ports)."""
+    """The chart installed with the built image on three containerd nodes, two with device
+    plugins and one with DRA (each node with its own network namespace, so all run
+    host-network pods on the same ports)."""
 
     def __init__(self, cluster: Cluster, nodes: dict[str, Node], images: Images) -> None:
         self.cluster = cluster
@@ -96,13 +94,14 @@ class Shipped:
 
 @pytest.fixture(scope="module")
 def shipped(cluster: Cluster) -> Iterator[Shipped]:
-    _, images = _required()
+    _, images = require_real_runtime()
     nodes: dict[str, Node] = {}
     running = Shipped(cluster, nodes, images)
     try:
-        for name in NODES:
+        for name in (*NODES, DRA_NODE):
+            pool = DRA_LABELS if name == DRA_NODE else POOL
             nodes[name] = cluster.add_node(name, runtime="containerd", labels={
-                **RUNTIME_LABEL, "nvidia.com/gpu.present": "true"})
+                **RUNTIME_LABEL, **pool, "nvidia.com/gpu.present": "true"})
             assert nodes[name].containers is not None
             write_new_state_file(nodes[name].containers.host_path(SIM_STATE),
                                  new_node_state(name, ["A100-SXM4-80GB"], mig=True))
@@ -134,11 +133,12 @@ def _installed(cluster: Cluster, running: Shipped) -> Iterator[Shipped]:
               "--set", "agent.livenessProbe.failureThreshold=2",
               "--set", "agent.livenessProbe.terminationGracePeriodSeconds=2",
               "--set", "controller.replicas=2", "--set", "controller.hostNetwork=true",
-              "--set", f"controller.metricsPort={controller_port}")
+              "--set", f"controller.metricsPort={controller_port}",
+              "--set", "dra.enabled=true")
         running.custom.create_cluster_custom_object(GROUP, VERSION, "partitionpolicies", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "PartitionPolicy",
             "metadata": {"name": POLICY},
-            "spec": {"nodeSelector": {"matchLabels": RUNTIME_LABEL}, "mode": "dynamic"}})
+            "spec": {"nodeSelector": {"matchLabels": POOL}, "mode": "dynamic"}})
         yield running
     finally:
         for pod in running.core.list_namespaced_pod("default", label_selector=selector(APP)
@@ -159,6 +159,9 @@ def test_the_agent_runs_from_its_image_and_is_ready_through_its_probes(
     own readiness probe, in a container of the image built from the Dockerfile."""
     agents = {p.spec.node_name: p for p in shipped.pods("agent")}
     assert set(agents) == set(NODES), shipped.describe()
+    dra_agents = {p.spec.node_name: p for p in shipped.pods("agent-dra")}
+    assert set(dra_agents) == {DRA_NODE}, shipped.describe()
+    agents.update(dra_agents)
     for node, agent in agents.items():
         assert agent.status.phase == "Running", shipped.describe()
         (status,) = agent.status.container_statuses
@@ -168,6 +171,7 @@ def test_the_agent_runs_from_its_image_and_is_ready_through_its_probes(
                                                                     shipped.images.image_id)
         assert agent.spec.host_network
         log = shipped.container_log(NAMESPACE, agent.metadata.name, "agent")
+        assert log, "the agent's own output, where the kubelet keeps it"
         assert "Traceback" not in log, log
         # The agent reported the simulated card through the API server it reached on
         # loopback, with the token the kubelet projected into its container.
@@ -188,7 +192,7 @@ def _pid(shipped: Shipped, container_id: str, node: str = NODE) -> int:
 def test_the_controller_runs_in_its_pods_as_non_root(shipped: Shipped) -> None:
     controllers = shipped.pods("controller")
     assert len(controllers) == 2, shipped.describe()
-    assert {c.spec.node_name for c in controllers} == set(NODES), "one per node (its port)"
+    assert len({c.spec.node_name for c in controllers}) == 2, "one per node (its port)"
     for controller in controllers:
         assert controller.status.phase == "Running", shipped.describe()
         (status,) = controller.status.container_statuses
@@ -199,28 +203,40 @@ def test_the_controller_runs_in_its_pods_as_non_root(shipped: Shipped) -> None:
         assert set(uids) == {"65532"}, f"the controller's process runs as {uids}"
 
 
-def _run_mig_pod(shipped: Shipped, name: str) -> tuple[client.V1Pod, str]:
-    """A pod asking one ``mig-1g.10gb`` that prints its environment, once Running, and the
-    MIG device id PodResources lists for it."""
+def _create_mig_pod(shipped: Shipped, name: str, pool: dict[str, str]) -> client.V1Pod:
+    """A pod asking one ``mig-1g.10gb`` that prints its environment, on ``pool``'s nodes,
+    once Running."""
     shipped.core.create_namespaced_pod("default", {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "labels": APP},
         "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
-                 "nodeSelector": RUNTIME_LABEL,
+                 "nodeSelector": pool,
                  "containers": [{
                      "name": "cuda", "image": shipped.images.image,
                      "imagePullPolicy": "Never",
                      "command": ["/bin/sh", "-c", "env; sleep 600"],
                      "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]}})
-    pod = eventually(
+    return eventually(
         lambda: (p := shipped.core.read_namespaced_pod(name, "default")).status.phase
         == "Running" and p, 180, f"pod {name} Running", describe=shipped.describe)
+
+
+def _run_mig_pod(shipped: Shipped, name: str) -> tuple[client.V1Pod, str]:
+    """:func:`_create_mig_pod` on a device-plugin node, and the MIG device id PodResources
+    lists for it."""
+    pod = _create_mig_pod(shipped, name, POOL)
     with PodResourcesClient(shipped.nodes[pod.spec.node_name].pod_resources_socket
                             ) as pod_resources:
         listed = pod_resources.get("default", name)
     ids = [i for c in listed.containers for d in c.devices for i in d.device_ids]
     assert len(ids) == 1, listed
     return pod, ids[0]
+
+
+def _environment(shipped: Shipped, pod: str) -> dict[str, str]:
+    """What the pod's container printed of its environment."""
+    return eventually(lambda: dict(line.split("=", 1) for line in shipped.container_log(
+        "default", pod, "cuda").splitlines() if "=" in line), 30, "the container's output")
 
 
 def _slices_on_the_card(shipped: Shipped, node: str) -> list[str]:
@@ -243,8 +259,7 @@ def test_a_mig_pod_runs_in_a_real_container_and_sees_the_slice_the_kubelet_gave_
     assert pod.spec.node_name in NODES
     ids = [device]
     assert ids[0].startswith("MIG-")
-    env = eventually(lambda: dict(line.split("=", 1) for line in shipped.container_log(
-        "default", name, "cuda").splitlines() if "=" in line), 30, "the container's output")
+    env = _environment(shipped, name)
     assert env.get("NVIDIA_VISIBLE_DEVICES") == ids[0], env
     on_card = _slices_on_the_card(shipped, pod.spec.node_name)
     assert ids[0] in on_card, (ids[0], on_card)
@@ -304,3 +319,20 @@ def test_deleting_the_leader_s_pod_hands_over_the_lead_and_a_waiting_pod_is_plac
     assert new != leader, "the deleted replica does not hold the Lease"
     assert new in {p.metadata.name for p in shipped.pods("controller")}
     assert pod.status.phase == "Running"
+
+
+def test_a_dra_pod_runs_in_a_real_container_with_the_cdi_injected_environment(
+        shipped: Shipped) -> None:
+    """The same unchanged pod on the DRA node: the scheduler allocates a MIG placement from
+    the ResourceSlices the agent-dra pod publishes, the kubelet prepares the claim through the
+    kubelet plugin the agent registered from inside its container, and containerd injects
+    the CDI spec the agent wrote on the node: the container sees the MIG device made for it."""
+    pod = _create_mig_pod(shipped, "dra-workload", {**RUNTIME_LABEL, **DRA_LABELS})
+    assert pod.spec.node_name == DRA_NODE
+    registry = shipped.nodes[DRA_NODE].kubelet_root_dir / "plugins_registry"
+    assert [p.name for p in registry.iterdir() if p.name.startswith("gpu.tessera.dev")], (
+        "the agent's kubelet plugin registration socket")
+    env = _environment(shipped, pod.metadata.name)
+    device = env.get("NVIDIA_VISIBLE_DEVICES", "")
+    assert device.startswith("MIG-"), env
+    assert device in _slices_on_the_card(shipped, DRA_NODE), "made on the node's card"

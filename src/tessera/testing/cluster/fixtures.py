@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from tessera.testing.cluster._cluster import Binaries, BinariesMissingError, Cluster
+from tessera.testing.cluster._containerd import ContainerdBinaries, Images
 
 
 def require_binaries() -> Binaries:
@@ -27,6 +28,18 @@ def require_binaries() -> Binaries:
             pytest.fail(f"CI=true and the test cluster binaries are missing: {error}",
                         pytrace=False)
         pytest.skip(str(error))
+
+
+def require_real_runtime() -> tuple[ContainerdBinaries, Images]:
+    """containerd and runc (``make containerd``) and Tessera's image (``make image``), or
+    skip (fail under CI) with what is missing and the command that makes it."""
+    try:
+        return ContainerdBinaries.locate(), Images.locate()
+    except FileNotFoundError as missing:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI=true and the real runtime or the image is missing: {missing}",
+                        pytrace=False)
+        pytest.skip(str(missing))
 
 
 @pytest.fixture(scope="session")
