@@ -43,10 +43,17 @@ DRA_NODE = "real-dra-1"
 """A DRA node (the chart's agent-dra DaemonSet, dra.enabled)."""
 POOL = {"tessera.dev/pool": "shipped-device-plugin"}
 DRA_LABELS = {"tessera.dev/api": "dra"}
+L4_NODE = "real-l4-1"
+"""An L4 (no MIG) the controller shares by MPS."""
+L4_POOL = {"tessera.dev/pool": "shipped-l4"}
+MPS_STANDIN = "/var/lib/tessera-sim/bin/nvidia-cuda-mps-control"
+"""The stand-in MPS control program, on each node where the agent's container sees it (the
+simulated GPU's folder): the image's own Python runs tessera.testing.mps_control."""
 RUNTIME_LABEL = {"tessera.dev/runtime": "containerd"}
 SIM_STATE = "/var/lib/tessera-sim/node.json"
 """Where the chart's agent finds the simulated GPU, on the node."""
 POLICY = "shipped-dynamic"
+L4_POLICY = "shipped-l4-mps"
 APP = {"app": "as-it-ships"}
 
 
@@ -98,13 +105,21 @@ def shipped(cluster: Cluster) -> Iterator[Shipped]:
     nodes: dict[str, Node] = {}
     running = Shipped(cluster, nodes, images)
     try:
-        for name in (*NODES, DRA_NODE):
-            pool = DRA_LABELS if name == DRA_NODE else POOL
+        for name in (*NODES, DRA_NODE, L4_NODE):
+            pool = {DRA_NODE: DRA_LABELS, L4_NODE: L4_POOL}.get(name, POOL)
             nodes[name] = cluster.add_node(name, runtime="containerd", labels={
                 **RUNTIME_LABEL, **pool, "nvidia.com/gpu.present": "true"})
-            assert nodes[name].containers is not None
-            write_new_state_file(nodes[name].containers.host_path(SIM_STATE),
-                                 new_node_state(name, ["A100-SXM4-80GB"], mig=True))
+            runtime = nodes[name].containers
+            assert runtime is not None
+            card = "L4-24GB" if name == L4_NODE else "A100-SXM4-80GB"
+            write_new_state_file(runtime.host_path(SIM_STATE),
+                                 new_node_state(name, [card], mig=name != L4_NODE))
+            standin = runtime.host_path(MPS_STANDIN)
+            standin.parent.mkdir(parents=True, exist_ok=True)
+            standin.write_text("#!/bin/sh\nexec /opt/tessera/bin/python "
+                               "/opt/tessera/lib/python3*/site-packages/tessera/testing/"
+                               'mps_control.py "$@"\n')
+            standin.chmod(0o755)
         yield from _installed(cluster, running)
     finally:
         for name in nodes:
@@ -134,20 +149,27 @@ def _installed(cluster: Cluster, running: Shipped) -> Iterator[Shipped]:
               "--set", "agent.livenessProbe.terminationGracePeriodSeconds=2",
               "--set", "controller.replicas=2", "--set", "controller.hostNetwork=true",
               "--set", f"controller.metricsPort={controller_port}",
-              "--set", "dra.enabled=true")
+              "--set", "dra.enabled=true", "--set", f"agent.mpsControl={MPS_STANDIN}")
         running.custom.create_cluster_custom_object(GROUP, VERSION, "partitionpolicies", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "PartitionPolicy",
             "metadata": {"name": POLICY},
             "spec": {"nodeSelector": {"matchLabels": POOL}, "mode": "dynamic"}})
+        running.custom.create_cluster_custom_object(GROUP, VERSION, "partitionpolicies", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PartitionPolicy",
+            "metadata": {"name": L4_POLICY},
+            "spec": {"nodeSelector": {"matchLabels": L4_POOL}, "mode": "dynamic",
+                     "allowedModes": ["mps"],
+                     "mps": {"shares": 4, "threadPercentage": 25, "memoryMiB": 5000}}})
         yield running
     finally:
         for pod in running.core.list_namespaced_pod("default", label_selector=selector(APP)
                                                     ).items:
             running.core.delete_namespaced_pod(pod.metadata.name, "default",
                                                grace_period_seconds=0)
-        with contextlib.suppress(ApiException):
-            running.custom.delete_cluster_custom_object(GROUP, VERSION, "partitionpolicies",
-                                                        POLICY)
+        for policy in (POLICY, L4_POLICY):
+            with contextlib.suppress(ApiException):
+                running.custom.delete_cluster_custom_object(GROUP, VERSION, "partitionpolicies",
+                                                            policy)
         subprocess.run([cluster.binaries["helm"], "--kubeconfig", str(cluster.kubeconfig),
                         "uninstall", "tessera", "-n", NAMESPACE, "--wait", "--timeout",
                         "60s"], capture_output=True, timeout=120, check=False)
@@ -158,7 +180,7 @@ def test_the_agent_runs_from_its_image_and_is_ready_through_its_probes(
     """helm --wait returned, so the DaemonSet is rolled out: its pod is Ready by the kubelet's
     own readiness probe, in a container of the image built from the Dockerfile."""
     agents = {p.spec.node_name: p for p in shipped.pods("agent")}
-    assert set(agents) == set(NODES), shipped.describe()
+    assert set(agents) == {*NODES, L4_NODE}, shipped.describe()
     dra_agents = {p.spec.node_name: p for p in shipped.pods("agent-dra")}
     assert set(dra_agents) == {DRA_NODE}, shipped.describe()
     agents.update(dra_agents)
@@ -203,9 +225,10 @@ def test_the_controller_runs_in_its_pods_as_non_root(shipped: Shipped) -> None:
         assert set(uids) == {"65532"}, f"the controller's process runs as {uids}"
 
 
-def _create_mig_pod(shipped: Shipped, name: str, pool: dict[str, str]) -> client.V1Pod:
-    """A pod asking one ``mig-1g.10gb`` that prints its environment, on ``pool``'s nodes,
-    once Running."""
+def _create_mig_pod(shipped: Shipped, name: str, pool: dict[str, str],
+                    resource: str = "nvidia.com/mig-1g.10gb") -> client.V1Pod:
+    """A pod asking one ``resource`` that prints its environment and what its MPS pipe
+    directory holds (when it has one), on ``pool``'s nodes, once Running."""
     shipped.core.create_namespaced_pod("default", {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "labels": APP},
@@ -214,8 +237,9 @@ def _create_mig_pod(shipped: Shipped, name: str, pool: dict[str, str]) -> client
                  "containers": [{
                      "name": "cuda", "image": shipped.images.image,
                      "imagePullPolicy": "Never",
-                     "command": ["/bin/sh", "-c", "env; sleep 600"],
-                     "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]}})
+                     "command": ["/bin/sh", "-c", 'env; ls "${CUDA_MPS_PIPE_DIRECTORY:-/none}"'
+                                 "; sleep 600"],
+                     "resources": {"limits": {resource: "1"}}}]}})
     return eventually(
         lambda: (p := shipped.core.read_namespaced_pod(name, "default")).status.phase
         == "Running" and p, 180, f"pod {name} Running", describe=shipped.describe)
@@ -336,3 +360,24 @@ def test_a_dra_pod_runs_in_a_real_container_with_the_cdi_injected_environment(
     device = env.get("NVIDIA_VISIBLE_DEVICES", "")
     assert device.startswith("MIG-"), env
     assert device in _slices_on_the_card(shipped, DRA_NODE), "made on the node's card"
+
+
+def test_an_mps_share_pod_sees_its_pipe_directory_and_its_limits(shipped: Shipped) -> None:
+    """On the L4, the controller turns the idle card into 4 MPS shares; the agent in its
+    container runs the (stand-in) MPS control daemon, whose pipe directory on the node the
+    kubelet mounts into the share pod's container, with its limits in the environment."""
+    pod = _create_mig_pod(shipped, "mps-share", {**RUNTIME_LABEL, **L4_POOL},
+                          "nvidia.com/gpu.shared")
+    assert pod.spec.node_name == L4_NODE
+    output = eventually(lambda: (text := shipped.container_log("default", "mps-share", "cuda"))
+                        and "CUDA_MPS_PIPE_DIRECTORY" in text and text, 30, "its output")
+    env = dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
+    (gpu,) = shipped.custom.get_cluster_custom_object(
+        GROUP, VERSION, "nodepartitions", L4_NODE)["status"]["gpus"]
+    assert gpu["mode"] == "mps"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == gpu["uuid"]
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == gpu["mps"]["pipeDirectory"]
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].endswith("=5000M")
+    listed = {line.strip() for line in output.splitlines() if "=" not in line}
+    assert "control" in listed, f"the daemon's pipe, mounted into the container: {listed}"
