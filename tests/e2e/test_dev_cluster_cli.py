@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client, config
 
 from tessera.testing.cluster import Binaries, listening_ports, pid_alive
+from tessera.testing.cluster.fixtures import require_real_runtime
 from tests.e2e._util import eventually
 
 
@@ -73,3 +74,47 @@ def test_killing_the_owner_kills_every_component(
                "every component to die with its owner")
     eventually(lambda: not set(state["ports"].values()) & listening_ports(), 10,
                "every port to close")
+
+
+def test_up_with_containerd_runs_a_real_container_and_down_leaves_no_shim(
+        state_dir: Path, cluster_binaries: Binaries) -> None:
+    """``--runtime containerd``: the node's pods run in real containers (Tessera's image,
+    imported into the node's containerd), and ``down`` stops them too (their runc shims
+    outlive containerd by design)."""
+    _, images = require_real_runtime()
+    up = _tessera("up", "--detach", "--dir", str(state_dir), "--nodes", "1", "--runtime",
+                  "containerd", bin_dir=cluster_binaries.directory)
+    assert up.returncode == 0, up.stderr
+    api = config.new_client_from_config(config_file=str(state_dir / "kubeconfig"))
+    try:
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod("default", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hello"},
+            "spec": {"nodeName": "tessera-node-1", "restartPolicy": "Never",
+                     "containers": [{"name": "hello", "image": images.image,
+                                     "imagePullPolicy": "Never",
+                                     "command": ["/bin/sh", "-c", "echo hello; sleep 600"]}]}})
+        eventually(lambda: core.read_namespaced_pod("hello", "default").status.phase
+                   == "Running", 60, "the pod Running in a real container")
+        (status,) = core.read_namespaced_pod("hello", "default").status.container_statuses
+        assert status.container_id.startswith("containerd://")
+    finally:
+        api.close()
+    assert _shims(state_dir), "the container's runc shim runs"
+    down = _tessera("down", "--dir", str(state_dir), bin_dir=cluster_binaries.directory)
+    assert down.returncode == 0, down.stderr
+    assert _shims(state_dir) == []
+
+
+def _shims(folder: Path) -> list[int]:
+    """runc shims started for a containerd whose socket is under ``folder``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"containerd-shim-runc-v2" in cmdline and str(folder).encode() in cmdline:
+                found.append(int(entry.name))
+    return found
