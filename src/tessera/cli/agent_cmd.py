@@ -34,7 +34,7 @@ from tessera.kubelet.constants import DEVICE_PLUGIN_DIR, POD_RESOURCES_SOCKET
 from tessera.kubelet.dra import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR, DraPluginServer
 from tessera.kubelet.health import XidFilter
 from tessera.kubelet.plugins import PluginSettings
-from tessera.nvml.backend import GpuBackend, open_backend
+from tessera.nvml.backend import GpuBackend, check_backend, open_backend
 
 
 def _node_flags(parser: argparse.ArgumentParser) -> None:
@@ -239,9 +239,7 @@ def _run_connected(args: argparse.Namespace) -> int:
                                 "or set NODE_NAME (the chart sets it from spec.nodeName)")
     if args.api == "dra":
         _check_dra_flags(args)
-    if not (args.nvml == "real" or (args.nvml.startswith("sim:") and len(args.nvml) > 4)):
-        raise InvalidInputError("--nvml", f"{args.nvml!r} is not a backend", ["real",
-                                                                               "sim:FILE"])
+    check_backend(args.nvml)  # a flag error exits 2 at once; only the node's state is waited for
     api = api_client(args.kubeconfig)
     metrics = AgentMetrics()
     probes = _Probes()

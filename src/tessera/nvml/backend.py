@@ -35,6 +35,7 @@ __all__ = [
     "ProcessInfo",
     "PynvmlBackend",
     "XidEvent",
+    "check_backend",
     "open_backend",
 ]
 
@@ -421,13 +422,18 @@ class PynvmlBackend:
             pynvml.nvmlShutdown()
 
 
+def check_backend(spec: str) -> None:
+    """Refuse a ``--nvml`` that names no backend (InvalidInputError), before anything opens
+    it: ``real`` or ``sim:FILE``."""
+    if spec != "real" and not (spec.startswith("sim:") and len(spec) > 4):
+        raise InvalidInputError("--nvml", f"{spec!r} is not a backend", ["real", "sim:FILE"])
+
+
 def open_backend(spec: str) -> PynvmlBackend:
     """``real`` (the node's libnvidia-ml) or ``sim:FILE`` (a simulated node state file)."""
-    if spec == "real":
-        return PynvmlBackend()
-    if spec.startswith("sim:") and len(spec) > 4:
+    check_backend(spec)
+    if spec.startswith("sim:"):
         from tessera.nvml import sim  # noqa: PLC0415 - only a simulated node loads the simulator
 
         sim.install(sim.FileStore(spec[4:]))
-        return PynvmlBackend()
-    raise InvalidInputError("--nvml", f"{spec!r} is not a backend", ["real", "sim:FILE"])
+    return PynvmlBackend()
