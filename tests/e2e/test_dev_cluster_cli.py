@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client, config
 
 from tessera.testing.cluster import Binaries, listening_ports, pid_alive
+from tessera.testing.cluster._containerd import shims
 from tessera.testing.cluster.fixtures import require_real_runtime
 from tests.e2e._util import eventually
 
@@ -100,21 +101,8 @@ def test_up_with_containerd_runs_a_real_container_and_down_leaves_no_shim(
         assert status.container_id.startswith("containerd://")
     finally:
         api.close()
-    assert _shims(state_dir), "the container's runc shim runs"
+    assert shims(state_dir), "the container's runc shim runs"
     down = _tessera("down", "--dir", str(state_dir), bin_dir=cluster_binaries.directory)
     assert down.returncode == 0, down.stderr
-    assert _shims(state_dir) == []
+    assert shims(state_dir) == []
 
-
-def _shims(folder: Path) -> list[int]:
-    """runc shims started for a containerd whose socket is under ``folder``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"containerd-shim-runc-v2" in cmdline and str(folder).encode() in cmdline:
-                found.append(int(entry.name))
-    return found

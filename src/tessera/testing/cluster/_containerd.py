@@ -28,13 +28,13 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 from tessera.testing.cluster._netns import Forwarder
 from tessera.testing.cluster._process import Process
 
-__all__ = ["BIN_ENV", "IMAGES_ENV", "NODE_PATHS", "ContainerdBinaries", "Images", "Runtime"]
+__all__ = ["BIN_ENV", "IMAGES_ENV", "NODE_PATHS", "ContainerdBinaries", "Images", "Runtime",
+           "shims"]
 
 BIN_ENV = "TESSERA_CONTAINERD_BIN"
 """The directory holding :data:`NAMES` (``make containerd``)."""
@@ -243,23 +243,25 @@ state = "{run / 'state'}"
         if self.forwarder is not None:
             self.forwarder.close()
             self.forwarder = None
-        for pid in self._shims():
+        for pid in shims(self.socket):
             with contextlib.suppress(ProcessLookupError):
                 for child in _children(pid):
                     os.kill(child, signal.SIGKILL)
                 os.kill(pid, signal.SIGKILL)
 
-    def _shims(self) -> Iterable[int]:
-        """The runc shims started for this node's containerd (their command line names its
-        socket)."""
-        mark = str(self.socket).encode()
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            with contextlib.suppress(OSError):
-                cmdline = (entry / "cmdline").read_bytes()
-                if b"containerd-shim-runc-v2" in cmdline and mark in cmdline:
-                    yield int(entry.name)
+def shims(under: Path) -> list[int]:
+    """The runc shims of every containerd whose socket lies at or under ``under`` (a shim's
+    command line names its containerd's socket): what outlives a stopped containerd."""
+    mark = str(under).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cmdline = (entry / "cmdline").read_bytes()
+            if b"containerd-shim-runc-v2" in cmdline and mark in cmdline:
+                found.append(int(entry.name))
+    return found
 
 
 def _children(pid: int) -> list[int]:
