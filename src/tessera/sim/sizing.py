@@ -113,6 +113,12 @@ class Goal:
             return tuple(c for c in self.classes if c != MULTI_GPU)
         return (target.scope,)
 
+    def targets_on(self, name: str) -> tuple[Target, ...]:
+        """The targets that hold class ``name``, or the pooled figure when ``name`` is
+        :data:`ALL`."""
+        return tuple(t for t in self.targets
+                     if (t.scope == ALL if name == ALL else name in self.members(t)))
+
     @property
     def targeted(self) -> tuple[str, ...]:
         covered = {c for t in self.targets for c in self.members(t)}

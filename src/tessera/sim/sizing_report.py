@@ -6,6 +6,7 @@ where waits grow with the cluster, or a class traded for another, shows at a gla
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 from collections.abc import Sequence
@@ -30,17 +31,9 @@ def _waits(result: RunResult, row: str) -> list[float]:
     return result.waits if row == ALL_PODS else result.class_waits.get(row, [])
 
 
-def _bounds(goal: Goal, row: str) -> str:
-    """The targets that hold ``row``, as its table cell says them."""
-    scope = ALL if row == ALL_PODS else row
-    found = [t for t in goal.targets
-             if (t.scope == ALL and scope == ALL) or scope in goal.members(t)]
-    return ", ".join(f"{t.metric.split('-')[0]} <= {duration(t.seconds)}" for t in found) or "-"
-
-
-def _missed(answer: SizeAnswer, goal: Goal, row: str) -> bool:
-    name = ALL if row == ALL_PODS else row
-    return any(m.class_name == name for m in goal.misses(answer.result))
+def _scope(row: str) -> str:
+    """The row's name as :class:`Goal` names it (:data:`ALL` for every pod pooled)."""
+    return ALL if row == ALL_PODS else row
 
 
 def _cell(answer: SizeAnswer, row: str) -> str:
@@ -48,6 +41,30 @@ def _cell(answer: SizeAnswer, row: str) -> str:
     if not waits:
         return "-"
     return f"{duration(percentile(waits, 95))} / {duration(sum(waits) / len(waits))}"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Row:
+    """One row of the class table, as both renderings show it."""
+
+    name: str
+    pods: int
+    target: str
+    cells: tuple[tuple[str, bool], ...]
+    """Per answer: ``p95 / mean``, and whether the class misses its target there."""
+
+
+def _table(answers: Sequence[SizeAnswer], goal: Goal) -> list[_Row]:
+    """The class table's rows: each answer's misses found once, not once per cell."""
+    missed = [{m.class_name for m in goal.misses(a.result)} for a in answers]
+    rows = []
+    for row in _rows(goal, answers):
+        bounds = ", ".join(f"{t.metric.split('-')[0]} <= {duration(t.seconds)}"
+                           for t in goal.targets_on(_scope(row))) or "-"
+        rows.append(_Row(row, max(len(_waits(a.result, row)) for a in answers), bounds,
+                         tuple((_cell(a, row), _scope(row) in misses)
+                               for a, misses in zip(answers, missed, strict=True))))
+    return rows
 
 
 def _heading(answer: SizeAnswer) -> str:
@@ -60,12 +77,9 @@ def class_table_text(answers: Sequence[SizeAnswer], goal: Goal) -> str:
     """Rows: classes (and all pods); columns: each policy at its answer; cells ``p95 / mean``,
     a ``*`` where the class misses its target there."""
     header = ("class", "pods", "target", *(_heading(a) for a in answers))
-    rows = [header]
-    for row in _rows(goal, answers):
-        pods = max(len(_waits(a.result, row)) for a in answers)
-        rows.append((row, str(pods), _bounds(goal, row),
-                     *(_cell(a, row) + ("*" if _missed(a, goal, row) else "")
-                       for a in answers)))
+    rows = [header, *((r.name, str(r.pods), r.target,
+                       *(text + ("*" if miss else "") for text, miss in r.cells))
+                      for r in _table(answers, goal))]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if i < 3 else c.rjust(w)
                        for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
@@ -78,15 +92,12 @@ def class_table_html(answers: Sequence[SizeAnswer], goal: Goal) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in
                    ("class", "pods", "target", *(_heading(a) for a in answers)))
     body = []
-    for row in _rows(goal, answers):
-        pods = max(len(_waits(a.result, row)) for a in answers)
-        cells = []
-        for a in answers:
-            text = html.escape(_cell(a, row))
-            cells.append(f"<td class='miss' style='color:#c00;font-weight:bold'>{text}</td>"
-                         if _missed(a, goal, row) else f"<td>{text}</td>")
-        body.append(f"<tr style='white-space:nowrap'><td>{html.escape(row)}</td><td>{pods}"
-                    f"</td><td>{html.escape(_bounds(goal, row))}</td>{''.join(cells)}</tr>")
+    for row in _table(answers, goal):
+        cells = "".join(f"<td class='miss' style='color:#c00;font-weight:bold'>"
+                        f"{html.escape(text)}</td>" if miss else f"<td>{html.escape(text)}</td>"
+                        for text, miss in row.cells)
+        body.append(f"<tr style='white-space:nowrap'><td>{html.escape(row.name)}</td>"
+                    f"<td>{row.pods}</td><td>{html.escape(row.target)}</td>{cells}</tr>")
     return ("<table class='classes' border='1' cellpadding='2' style='border-collapse:collapse;"
             "font-size:0.85em'><caption style='text-align:left'>Waits by class at each "
             "policy's answer, p95 / mean (red: misses its target)</caption>"
@@ -177,9 +188,7 @@ def curve_html(answers: Sequence[SizeAnswer], goal: Goal) -> str:
         "</span>" for k, a in enumerate(answers))
     panels = []
     for row in _rows(goal, answers):
-        scope = ALL if row == ALL_PODS else row
-        bounds = [t.seconds for t in goal.targets if t.metric == "p95-wait"
-                  and ((t.scope == ALL and scope == ALL) or scope in goal.members(t))]
+        bounds = [t.seconds for t in goal.targets_on(_scope(row)) if t.metric == "p95-wait"]
         panels.append(_panel(f"{row}: p95 wait", answers, row, log=True,
                              bound=min(bounds) if bounds else None))
     panels.append(_panel("compute served, GPU-hours", answers, "served", log=False,
