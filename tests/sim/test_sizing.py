@@ -18,7 +18,7 @@ from tessera.cli import simulate_cmd
 from tessera.cli.main import main
 from tessera.core import catalogue
 from tessera.core.errors import InvalidInputError
-from tessera.sim.cluster import load_cluster, shorthand
+from tessera.sim.cluster import load_cluster
 from tessera.sim.engine import MULTI_GPU, RunResult, size_classes
 from tessera.sim.policies import Queues, Schedule, Shape, SimPolicy
 from tessera.sim.sizing import (
@@ -204,12 +204,8 @@ def demo_curves() -> dict[str, tuple[tuple[int, RunResult], ...]]:
     jobs, horizon, _ = simulate_cmd._workload(args, cluster)
     curves = {}
     for name in _makefile("DEMO_POLICIES").split(","):
-        def make(nodes: int, name: str = name) -> tuple[SimPolicy, int]:
-            sized = shorthand(nodes, 8, cluster.main_model.name)
-            policy = simulate_cmd._policy(name, sized, args)
-            assert policy is not None
-            return policy, sized.capacity
-        curves[name] = sweep(make, jobs, horizon, limit=16, gpus_per_node=8)
+        curves[name] = sweep(simulate_cmd.mig_sizer(name, cluster, args), jobs, horizon,
+                             limit=16, gpus_per_node=8)
     return curves
 
 

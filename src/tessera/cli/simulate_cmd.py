@@ -396,12 +396,7 @@ def _sizing(args: argparse.Namespace, shared: SharedCluster | None) -> int:
             if name == "static:best":
                 raise InvalidInputError("--size-for", "static:best is a mix found for one "
                                         "cluster; size each static:<layout> instead")
-            def make_mig(nodes: int, name: str = name) -> tuple[SimPolicy, int]:
-                cluster = shorthand(nodes, per_node, mig.main_model.name)
-                policy = _policy(name, cluster, args)
-                assert policy is not None
-                return policy, cluster.capacity
-            makers.append((name, make_mig))
+            makers.append((name, mig_sizer(name, mig, args)))
     answers = []
     with Progress(TextColumn("{task.description:<22}"), BarColumn(), TimeElapsedColumn(),
                   disable=args.no_progress, console=None, transient=False) as bar:
@@ -434,6 +429,20 @@ def _sizing(args: argparse.Namespace, shared: SharedCluster | None) -> int:
         print(class_table_text(answers, goal))
         print(f"report: {report}")
     return 0
+
+
+def mig_sizer(name: str, mig: ClusterSpec, args: argparse.Namespace
+              ) -> Callable[[int], tuple[SimPolicy, int]]:
+    """Policy ``name`` on N nodes like ``mig``'s first (same GPUs per node, same card), and
+    that cluster's capacity: what ``--size-for`` replays the workload on, size by size."""
+    per_node = len(mig.nodes[0].gpus)
+
+    def make(nodes: int) -> tuple[SimPolicy, int]:
+        cluster = shorthand(nodes, per_node, mig.main_model.name)
+        policy = _policy(name, cluster, args)
+        assert policy is not None
+        return policy, cluster.capacity
+    return make
 
 
 def _answer_json(a: SizeAnswer, goal: Goal) -> dict[str, Any]:
