@@ -43,6 +43,7 @@ from kubernetes.client.exceptions import ApiException
 from tessera.core.errors import TesseraError
 from tessera.kubelet.plugins import socket_id
 from tessera.testing.cluster import _pki, _process
+from tessera.testing.cluster._cache import keyed_dir
 from tessera.testing.cluster._containerd import NODE_IP, ContainerdBinaries, Images, Runtime
 from tessera.testing.cluster._process import Process
 
@@ -90,9 +91,8 @@ def cache_bin_dir() -> Path:
     tools = _REPO_ROOT / "tools" / "k8s"
     sources = [tools / "go.mod", tools / "go.sum", tools / "build.sh", tools / "tools.go",
                *sorted(tools.glob("cmd/*/*.go"), key=str)]
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
     cache = Path(os.environ.get("CLUSTER_CACHE", Path.home() / ".cache" / "tessera" / "k8s"))
-    return cache / f"{KUBERNETES_VERSION}-{digest}"
+    return keyed_dir(cache, KUBERNETES_VERSION, sources)
 
 
 def default_bin_dir() -> Path:

@@ -30,6 +30,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from tessera.testing.cluster._cache import keyed_dir
 from tessera.testing.cluster._netns import Forwarder
 from tessera.testing.cluster._process import Process
 
@@ -63,11 +64,10 @@ def _cache_dir() -> Path:
     """Where ``make containerd`` puts the binaries: keyed by the content of tools/containerd,
     as the Makefile computes it."""
     tools = _REPO_ROOT / "tools" / "containerd"
-    sources = [tools / n for n in ("go.mod", "go.sum", "build.sh", "tools.go")]
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
     version = next(line.split()[1] for line in (tools / "go.mod").read_text().splitlines()
                    if line.strip().startswith("github.com/containerd/containerd/v2 "))
-    return Path.home() / ".cache" / "tessera" / "containerd" / f"{version}-{digest}"
+    return keyed_dir(Path.home() / ".cache" / "tessera" / "containerd", version,
+                     [tools / n for n in ("go.mod", "go.sum", "build.sh", "tools.go")])
 
 
 @dataclasses.dataclass(frozen=True)
