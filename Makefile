@@ -9,6 +9,8 @@
 #   make container-tools install Debian's buildah, mmdebstrap, umoci, libseccomp-dev (root)
 #   make containerd    build containerd, its runc shim, ctr, runc and three CNI plugins
 #                      (tools/containerd) for the e2e nodes that run real containers
+#   make nvidia-tools  build nvidia-mig-parted and nvidia-device-plugin (tools/nvidia, cgo)
+#   make nvml-lib      build libnvidia-ml.so.1 for simulated GPUs (tools/nvml) into build/nvml
 #   make image         build the image from daemonset/Dockerfile into build/image (buildah)
 #   make chart         package the chart (helm package) into build/chart at the one version
 #   make version       print that version (tessera.__version__)
@@ -51,6 +53,16 @@ CONTAINERD_SOURCES := tools/containerd/go.mod tools/containerd/go.sum tools/cont
 CONTAINERD_KEY := $(shell cat $(CONTAINERD_SOURCES) | sha256sum | cut -c1-12)
 CONTAINERD_DIR := $(HOME)/.cache/tessera/containerd/$(CONTAINERD_VERSION)-$(CONTAINERD_KEY)
 CONTAINERD := $(CONTAINERD_DIR)/containerd
+# NVIDIA's nvidia-mig-parted and nvidia-device-plugin (cgo, go-nvml), each from its own module
+# in tools/nvidia, cached the same way; they check the simulated libnvidia-ml.so.1 below.
+NVIDIA_TOOLS_VERSION := mig-parted-$(shell awk '$$1 == "require" { print $$3 }' \
+	tools/nvidia/mig-parted/go.mod)-dp-$(shell awk '$$1 == "require" { print $$3 }' \
+	tools/nvidia/device-plugin/go.mod)
+NVIDIA_TOOLS_SOURCES := tools/nvidia/build.sh $(foreach m,mig-parted device-plugin,\
+	tools/nvidia/$(m)/go.mod tools/nvidia/$(m)/go.sum tools/nvidia/$(m)/tools.go)
+NVIDIA_TOOLS_KEY := $(shell cat $(NVIDIA_TOOLS_SOURCES) | sha256sum | cut -c1-12)
+NVIDIA_TOOLS_DIR := $(HOME)/.cache/tessera/nvidia-tools/$(NVIDIA_TOOLS_VERSION)-$(NVIDIA_TOOLS_KEY)
+NVIDIA_TOOLS := $(NVIDIA_TOOLS_DIR)/nvidia-device-plugin
 # The image, built by buildah from the Dockerfile on a locally made Debian base (no registry
 # is reachable here); rebuilt every run (about a minute; the base is cached in ~/.cache).
 IMAGE_DIR := build/image
@@ -66,8 +78,8 @@ ACTIONLINT_DIR := $(HOME)/.cache/tessera/actionlint/$(ACTIONLINT_VERSION)-$(ACTI
 ACTIONLINT := $(ACTIONLINT_DIR)/actionlint
 
 .PHONY: test lint typecheck layers proto-check crd-check pytest demo proto clean cluster-bins \
-	promtool karpenter browser grafana-schema container-tools containerd image chart version \
-	workflows
+	promtool karpenter browser grafana-schema container-tools containerd nvidia-tools nvml-lib \
+	image chart version workflows
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -76,7 +88,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP) lint typecheck layers proto-check crd-check workflows cluster-bins promtool \
-	karpenter browser grafana-schema containerd image pytest
+	karpenter browser grafana-schema containerd nvidia-tools nvml-lib image pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
@@ -96,9 +108,11 @@ crd-check: $(STAMP)
 proto: $(STAMP)
 	$(BIN)/python tools/gen_proto.py
 
-pytest: $(STAMP) cluster-bins promtool karpenter browser grafana-schema containerd image
+pytest: $(STAMP) cluster-bins promtool karpenter browser grafana-schema containerd nvidia-tools \
+	nvml-lib image
 	TESSERA_K8S_BIN=$(CLUSTER_BINS) TESSERA_PROMTOOL=$(PROMTOOL) TESSERA_KARPENTER=$(KARPENTER) \
 	    TESSERA_CONTAINERD_BIN=$(CONTAINERD_DIR) TESSERA_IMAGES=$(CURDIR)/$(IMAGE_DIR) \
+	    TESSERA_NVIDIA_TOOLS_BIN=$(NVIDIA_TOOLS_DIR) TESSERA_NVML_LIB=$(CURDIR)/$(NVML_LIB) \
 	    $(BIN)/pytest -q
 
 cluster-bins: $(CLUSTER_STAMP)
@@ -120,6 +134,21 @@ containerd: $(CONTAINERD)
 
 $(CONTAINERD): | container-tools
 	GO=$(GO) tools/containerd/build.sh $(CONTAINERD_DIR)
+
+# libnvidia-ml.so.1 for simulated GPUs: generated from tessera.nvml.sim.abi, compiled against
+# go-nvml's nvml.h (a few seconds; rebuilt when its sources change).
+NVML_LIB := build/nvml/libnvidia-ml.so.1
+$(NVML_LIB): $(STAMP) tools/nvml/build.sh tools/nvml/gen_shim.py tools/nvml/runtime.c \
+		tools/nvml/runtime.h tools/nvml/go.mod tools/nvml/go.sum src/tessera/nvml/sim/abi.py
+	PYTHON=$(CURDIR)/$(BIN)/python GO=$(GO) tools/nvml/build.sh build/nvml
+
+nvml-lib: $(NVML_LIB)
+
+nvidia-tools: $(NVIDIA_TOOLS)
+	@echo "TESSERA_NVIDIA_TOOLS_BIN=$(NVIDIA_TOOLS_DIR)"
+
+$(NVIDIA_TOOLS):
+	GO=$(GO) tools/nvidia/build.sh $(NVIDIA_TOOLS_DIR)
 
 # Debian's daemonless image tools, and libseccomp's headers for runc's build; as root this
 # installs what is missing, otherwise it says how and the tests that need them skip.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,8 @@ from tessera.core.errors import BackendError
 from tessera.nvml import sim
 from tessera.nvml.backend import open_backend
 from tessera.nvml.sim.store import load_state_file
+from tessera.testing import nvml_library, short_socket_dir
+from tessera.testing.cluster.fixtures import require_nvml_library
 
 
 @pytest.fixture
@@ -155,3 +160,33 @@ def test_init_takes_cards_without_mig_and_leaves_mig_off_on_them(
         ("NVIDIA L4", None, 23034), ("NVIDIA L4", None, 23034), ("Tesla T4", None, 15360),
         ("NVIDIA A10G", None, 23028)]
     assert infos[0].pci_device_id == 0x27B810DE
+
+
+def test_serve_answers_the_library_until_terminated(node: Path) -> None:
+    """``dev sim serve`` is the simulated driver for programs that load libnvidia-ml.so.1."""
+    library = require_nvml_library()
+    with short_socket_dir() as directory:
+        socket = directory / "nvml.sock"
+        server = subprocess.Popen([sys.executable, "-m", "tessera.cli.main", "dev", "sim",
+                                   "serve", str(node), "--socket", str(socket)],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout is not None
+            assert server.stdout.readline().startswith("serving ")
+            client = (f"import ctypes, pynvml; pynvml.nvmlLib = ctypes.CDLL({str(library)!r}); "
+                      "pynvml.nvmlInit(); print(pynvml.nvmlDeviceGetCount())")
+            out = subprocess.run([sys.executable, "-c", client], check=True, text=True,
+                                 capture_output=True, timeout=60,
+                                 env={**os.environ, nvml_library.SOCKET_ENV: str(socket)})
+            assert out.stdout.strip() == str(len(load_state_file(node).gpus))
+        finally:
+            server.terminate()
+            assert server.wait(10) == 0
+        assert not socket.exists()
+
+
+def test_serve_refuses_a_missing_state_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dev", "sim", "serve", str(tmp_path / "none.json"),
+                 "--socket", str(tmp_path / "s.sock")]) == 2
+    assert "none.json" in capsys.readouterr().err

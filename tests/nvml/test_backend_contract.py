@@ -44,11 +44,14 @@ def _mixed_layout(model: catalogue.GpuModel) -> list[layout.Slice]:
 
 
 @pytest.fixture(params=[
-    "sim", *(f"sim:{m.name}" for m in catalogue.models()),
+    "sim", "library", *(f"sim:{m.name}" for m in catalogue.models()),
     pytest.param("real", marks=pytest.mark.gpu)])
 def backend(request: pytest.FixtureRequest, sim_node: SimNode) -> Iterator[GpuBackend]:
-    if request.param == "sim":
-        _, simulated = sim_node("A100-SXM4-40GB", "H100-80GB")
+    """The simulator through both doors ("library": the simulated libnvidia-ml.so.1, loaded as
+    the driver's is), each model of the catalogue, and the real card when there is one."""
+    if request.param in ("sim", "library"):
+        door = "library" if request.param == "library" else "in-process"
+        _, simulated = sim_node("A100-SXM4-40GB", "H100-80GB", door=door)
         simulated.create_slice(0, "3g.20gb", 4)
         simulated.create_slice(0, "1g.5gb", 0)
         yield simulated

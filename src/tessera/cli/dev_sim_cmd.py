@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 from tessera.core import catalogue
 from tessera.core.errors import InvalidInputError
 from tessera.nvml.sim import operations
+from tessera.nvml.sim.server import NvmlServer
 from tessera.nvml.sim.state import new_node_state
 from tessera.nvml.sim.store import FileStore, load_state_file, write_new_state_file
 
@@ -81,6 +84,17 @@ def register(commands: Any) -> None:
     reset.add_argument("--gpu", required=True, type=int)
     reset.set_defaults(run=run_reset)
 
+    serve = tools.add_parser(
+        "serve", help="serve the cards to the simulated libnvidia-ml.so.1 (make nvml-lib)",
+        description="Answer NVML calls from programs that load the simulated libnvidia-ml.so.1 "
+        "(the agent in its image, nvidia-smi-like tools, NVIDIA's mig-parted and device "
+        "plugin), on a Unix socket, until interrupted. The library finds the socket at "
+        "$TESSERA_NVML_SIM_SOCKET, else /var/lib/tessera-sim/nvml.sock.")
+    serve.add_argument("file")
+    serve.add_argument("--socket", default="/var/lib/tessera-sim/nvml.sock",
+                       help="where to listen (default: %(default)s)")
+    serve.set_defaults(run=run_serve)
+
 
 def run_init(args: argparse.Namespace) -> int:
     path = Path(args.file)
@@ -118,6 +132,17 @@ def run_xid(args: argparse.Namespace) -> int:
 def run_lose(args: argparse.Namespace) -> int:
     with FileStore(args.file).mutate() as state:
         operations.lose_gpu(state, args.gpu)
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    load_state_file(args.file)  # a missing or bad file is refused here, naming the fix
+    stop = threading.Event()
+    for signal_number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signal_number, lambda *_: stop.set())
+    with NvmlServer(args.file, args.socket):
+        print(f"serving {args.file} on {args.socket}", flush=True)
+        stop.wait()
     return 0
 
 

@@ -37,7 +37,7 @@ from tessera.nvml.sim.state import (
 )
 from tessera.nvml.sim.store import StateStore
 
-__all__ = ["FakeNvmlLib", "codes"]
+__all__ = ["FakeNvmlLib", "codes", "error_string"]
 
 
 class codes:
@@ -50,11 +50,13 @@ class codes:
     NO_PERMISSION = 4
     NOT_FOUND = 6
     INSUFFICIENT_SIZE = 7
+    DRIVER_NOT_LOADED = 9
     TIMEOUT = 10
     GPU_IS_LOST = 15
     RESET_REQUIRED = 16
     IN_USE = 19
     INSUFFICIENT_RESOURCES = 23
+    ARGUMENT_VERSION_MISMATCH = 25
     UNKNOWN = 999
 
 
@@ -66,11 +68,13 @@ _ERROR_STRINGS = {
     4: "Insufficient Permissions",
     6: "Not Found",
     7: "Insufficient Size",
+    9: "Driver Not Loaded",
     10: "Timeout",
     15: "GPU is lost",
     16: "GPU requires restart",
     19: "In use by another client",
     23: "Insufficient Resources",
+    25: "Argument version mismatch",
     999: "Unknown Error",
 }
 
@@ -238,16 +242,19 @@ class FakeNvmlLib:
         self._initialized += 1
         return codes.SUCCESS
 
+    def nvmlInit_v2(self) -> int:
+        return self.nvmlInitWithFlags(0)
+
     def nvmlShutdown(self) -> int:
         self._initialized = max(0, self._initialized - 1)
         return codes.SUCCESS
 
     def nvmlErrorString(self, result: int) -> bytes:
-        return _ERROR_STRINGS.get(int(result), f"Unknown Error {int(result)}").encode()
+        return error_string(int(result))
 
     def nvmlSystemGetDriverVersion(self, buffer: Any, length: Any) -> int:
         version = self.store.read().driver_version.encode()
-        if len(version) + 1 > int(_out(length).value if hasattr(length, "value") else length):
+        if len(version) + 1 > _length(length):
             return codes.INSUFFICIENT_SIZE
         buffer.value = version
         return codes.SUCCESS
@@ -310,6 +317,8 @@ class FakeNvmlLib:
         text = gpu.name
         if key.kind == "mig":
             text = f"{gpu.name} MIG {self._mig_profile_name(state, key)}"
+        if len(text) + 1 > _length(length):
+            return codes.INSUFFICIENT_SIZE
         name.value = text.encode()
         return codes.SUCCESS
 
@@ -318,6 +327,8 @@ class FakeNvmlLib:
         text = gpu.uuid
         if key.kind == "mig":
             text = self._ci(state, key)[3].uuid
+        if len(text) + 1 > _length(length):
+            return codes.INSUFFICIENT_SIZE
         uuid.value = text.encode()
         return codes.SUCCESS
 
@@ -518,7 +529,7 @@ class FakeNvmlLib:
     def nvmlDeviceGetGpuInstanceProfileInfoV(self, handle: Any, constant: Any, info: Any) -> int:
         target = _out(info)
         if getattr(target, "version", 0) != 0x02000098:
-            return 25  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+            return codes.ARGUMENT_VERSION_MISMATCH
         return self._gi_profile_info(handle, int(constant), info, needs_mig=True)
 
     def nvmlDeviceGetGpuInstanceProfileInfoByIdV(self, handle: Any, profile_id: Any,
@@ -700,7 +711,7 @@ class FakeNvmlLib:
     def nvmlGpuInstanceGetComputeInstanceProfileInfoV(self, gi_handle: Any, constant: Any,
                                                       engine_profile: Any, info: Any) -> int:
         if getattr(_out(info), "version", 0) != 0x02000088:
-            return 25
+            return codes.ARGUMENT_VERSION_MISMATCH
         return self.nvmlGpuInstanceGetComputeInstanceProfileInfo(
             gi_handle, constant, engine_profile, info)
 
@@ -832,6 +843,16 @@ class FakeNvmlLib:
         if self._event_sets.pop(_address(event_set), None) is None:
             return codes.INVALID_ARGUMENT
         return codes.SUCCESS
+
+
+def error_string(result: int) -> bytes:
+    """``nvmlErrorString``: the same text through either door (in process, or the library)."""
+    return _ERROR_STRINGS.get(result, f"Unknown Error {result}").encode()
+
+
+def _length(value: Any) -> int:
+    """A ``length`` argument, whether pynvml wrapped it in ``c_uint`` or not."""
+    return int(value.value if hasattr(value, "value") else value)
 
 
 def _device_pointer_type(struct: Any) -> Any:

@@ -12,11 +12,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
+from tessera.testing import nvml_library
 from tessera.testing.cluster._cluster import Binaries, BinariesMissingError, Cluster
 from tessera.testing.cluster._containerd import ContainerdBinaries, Images
+
+
+def unavailable(what: str, error: Exception) -> NoReturn:
+    """Skip with the reason and the fix, or fail under ``CI=true``: CI never passes by not
+    running a test."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"CI=true and {what} missing: {error}", pytrace=False)
+    pytest.skip(str(error))
 
 
 def require_binaries() -> Binaries:
@@ -24,10 +35,7 @@ def require_binaries() -> Binaries:
     try:
         return Binaries.locate()
     except BinariesMissingError as error:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI=true and the test cluster binaries are missing: {error}",
-                        pytrace=False)
-        pytest.skip(str(error))
+        unavailable("the test cluster binaries are", error)
 
 
 def require_real_runtime() -> tuple[ContainerdBinaries, Images]:
@@ -36,10 +44,15 @@ def require_real_runtime() -> tuple[ContainerdBinaries, Images]:
     try:
         return ContainerdBinaries.locate(), Images.locate()
     except FileNotFoundError as missing:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI=true and the real runtime or the image is missing: {missing}",
-                        pytrace=False)
-        pytest.skip(str(missing))
+        unavailable("the real runtime or the image is", missing)
+
+
+def require_nvml_library() -> Path:
+    """The simulated ``libnvidia-ml.so.1`` (``make nvml-lib``), or skip (fail under CI)."""
+    try:
+        return nvml_library.locate()
+    except FileNotFoundError as missing:
+        unavailable("the simulated libnvidia-ml.so.1 is", missing)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,44 @@
+"""The simulated ``libnvidia-ml.so.1`` (``make nvml-lib``) in tests: where it is, and loading it.
+
+The library is the second door to the NVML simulator (:mod:`tessera.nvml.sim.server`): a
+program loads it as it loads the driver's, and every call goes to the server over a Unix socket.
+:func:`load` points this process's pynvml at it exactly as pynvml's own loader does
+(``CDLL("libnvidia-ml.so.1")``), so the backend's production path runs in process too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import pynvml
+
+__all__ = ["LIB_ENV", "SOCKET_ENV", "load", "locate"]
+
+LIB_ENV = "TESSERA_NVML_LIB"
+"""The library file, set by ``make pytest``; else ``build/nvml/libnvidia-ml.so.1``."""
+
+SOCKET_ENV = "TESSERA_NVML_SIM_SOCKET"
+"""Where the library finds the simulator's socket (read by the library at each connect)."""
+
+_REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def locate() -> Path:
+    """The built library, or FileNotFoundError naming the command that builds it."""
+    path = Path(os.environ.get(LIB_ENV) or _REPO_ROOT / "build" / "nvml" / "libnvidia-ml.so.1")
+    if not path.is_file():
+        raise FileNotFoundError(f"no simulated libnvidia-ml.so.1 at {path}: run `make nvml-lib`")
+    return path
+
+
+def load(socket_path: str | os.PathLike[str]) -> ctypes.CDLL:
+    """Make this process's pynvml call the library, talking to the server on ``socket_path``."""
+    os.environ[SOCKET_ENV] = str(socket_path)
+    library = ctypes.CDLL(str(locate()))
+    with pynvml.libLoadLock:
+        pynvml.nvmlLib = library
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        pynvml._nvmlLib_refcount = 0
+    return library
