@@ -58,6 +58,7 @@ def test_the_chart_lints_clean(binaries: Binaries) -> None:
     ("admission.failurePolicy=Sometimes", "at '/admission/failurePolicy'"),
     ("defaultPolicy.spec.mode=greedy", "at '/defaultPolicy/spec/mode'"),
     ("agent.nvml=sim:relative.json", "at '/agent/nvml'"),
+    ("agent.simulatedDriver.library=/lib/libcuda.so.1", "at '/agent/simulatedDriver/library'"),
     ("apiServer.port=http", "at '/apiServer/port'"),
     ("apiServer.hots=x", "additional properties 'hots' not allowed"),
     ("agent.livenessProbe.periodSeconds=0", "at '/agent/livenessProbe/periodSeconds'"),
@@ -143,6 +144,27 @@ def test_a_simulated_gpu_s_state_folder_is_mounted_only_for_sim(binaries: Binari
     assert "--nvml=sim:/var/lib/tessera-sim/node.json" in spec["containers"][0]["args"]
     real = _pod_specs(binaries)["DaemonSet"]
     assert not [v for v in real["volumes"] if v["name"] == "nvml-sim"]
+
+
+def test_a_simulated_driver_is_mounted_where_the_toolkit_mounts_the_driver_s(
+        binaries: Binaries) -> None:
+    """The agent then runs its production path (--nvml=real): pynvml's dlopen of
+    libnvidia-ml.so.1 finds the simulated library, which finds the simulator's socket."""
+    spec = _pod_specs(binaries, "agent.simulatedDriver.library="
+                      "/var/lib/tessera-sim/driver/libnvidia-ml.so.1")["DaemonSet"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    assert volumes["simulated-driver"]["hostPath"] == {
+        "path": "/var/lib/tessera-sim/driver/libnvidia-ml.so.1", "type": "File"}
+    assert mounts["simulated-driver"] == {
+        "name": "simulated-driver", "readOnly": True,
+        "mountPath": "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"}
+    assert volumes["simulated-driver-socket"]["hostPath"]["path"] == "/var/lib/tessera-sim"
+    assert mounts["simulated-driver-socket"]["mountPath"] == "/var/lib/tessera-sim"
+    assert "--nvml=real" in spec["containers"][0]["args"]
+    real = _pod_specs(binaries)["DaemonSet"]
+    assert not {"simulated-driver", "simulated-driver-socket"} & {v["name"] for v in
+                                                                  real["volumes"]}
 
 
 def test_the_controller_has_a_disruption_budget_when_it_has_a_standby(

@@ -4,6 +4,7 @@ node without a usable NVML gets an agent that waits, not Ready, saying why."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -19,10 +20,14 @@ import yaml
 from tessera.cli.agent_cmd import wait_for_nvml
 from tessera.cli.main import main
 from tessera.core import catalogue
+from tessera.nvml import sim
 from tessera.nvml.backend import GpuBackend
+from tessera.nvml.sim.server import NvmlServer
 from tessera.nvml.sim.state import new_node_state
 from tessera.nvml.sim.store import load_state_file, write_new_state_file
+from tessera.testing import nvml_library, short_socket_dir
 from tessera.testing.cluster import free_ports
+from tessera.testing.cluster.fixtures import require_nvml_library
 
 
 @pytest.mark.parametrize(("content", "problem"), [
@@ -128,16 +133,47 @@ class TestAnAgentWithoutAUsableNvml:
         stop.set()
         assert wait_for_nvml(f"sim:{tmp_path / 'missing.json'}", stop) is None
 
+    def test_with_the_driver_library_but_no_driver_it_waits_and_starts_when_one_answers(
+            self, caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+        """The simulated libnvidia-ml.so.1 with no simulator behind it is a node whose
+        driver is not loaded yet: nvmlInit says so, and the agent waits for it."""
+        require_nvml_library()
+        state = tmp_path / "node.json"
+        write_new_state_file(state, new_node_state("n", ["A100-SXM4-80GB"]))
+        stop = threading.Event()
+        found: list[GpuBackend | None] = []
+        with short_socket_dir() as directory, caplog.at_level(logging.ERROR):
+            nvml_library.load(directory / "nvml.sock")
+            waiter = threading.Thread(target=lambda: found.append(
+                wait_for_nvml("real", stop, retry_s=0.05)))
+            waiter.start()
+            time.sleep(0.4)
+            assert waiter.is_alive(), "it keeps waiting"
+            with NvmlServer(state, directory / "nvml.sock"):
+                waiter.join(5)
+                assert not waiter.is_alive()
+                (backend,) = found
+                assert backend is not None
+                assert len(backend.gpus()) == 1
+                backend.close()
+        sim.uninstall()
+        said = [r.getMessage() for r in caplog.records if "NVML is not usable" in r.getMessage()]
+        assert len(said) == 1, said
+        assert "--nvml real" in said[0]
+        assert "Driver Not Loaded" in said[0]
+
     @pytest.mark.parametrize(("state", "says"), [
         (False, ("NVML is not usable", "agent.nvml", "no such file")),
         (True, ("cannot reach the API server", "host='127.0.0.1', port=1",
                 "apiServer.host")),
-    ], ids=["no-state-file", "no-api-server"])
+        (None, ("NVML is not usable", "--nvml real", "Driver Not Loaded")),
+    ], ids=["no-state-file", "no-api-server", "driver-library-but-no-driver"])
     def test_its_process_is_live_not_ready_says_why_and_stops_on_sigterm(
-            self, tmp_path: Path, state: bool, says: tuple[str, ...]) -> None:
-        """Without NVML, and with NVML but no API server (a wrong apiServer.host): the
-        kubelet's probes get live and not ready, the log says why in a line, with no
-        traceback, and SIGTERM stops it."""
+            self, tmp_path: Path, state: bool | None, says: tuple[str, ...]) -> None:
+        """Without NVML, with NVML but no API server (a wrong apiServer.host), and with the
+        driver's library found by the loader but no driver behind it (None: the simulated
+        libnvidia-ml.so.1 with no simulator): the kubelet's probes get live and not ready,
+        the log says why in a line, with no traceback, and SIGTERM stops it."""
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "c",
@@ -149,14 +185,19 @@ class TestAnAgentWithoutAUsableNvml:
             write_new_state_file(nvml, new_node_state("n", ["A100-SXM4-80GB"]))
         (port,) = free_ports(1)
         log = tmp_path / "agent.log"
+        spec, env = f"sim:{nvml}", dict(os.environ)
+        if state is None:  # pynvml's own loader finds the library, as on a node
+            spec = "real"
+            env["LD_LIBRARY_PATH"] = str(require_nvml_library().parent)
+            env[nvml_library.SOCKET_ENV] = str(tmp_path / "no-driver.sock")
         with log.open("wb") as out:
             agent = subprocess.Popen(
                 [sys.executable, "-m", "tessera.cli.main", "agent", "--node-name", "n",
-                 "--kubeconfig", str(kubeconfig), "--nvml", f"sim:{nvml}",
+                 "--kubeconfig", str(kubeconfig), "--nvml", spec,
                  "--plugin-dir", str(tmp_path / "plugins"),
                  "--pod-resources-socket", str(tmp_path / "pod-resources.sock"),
                  "--resync-seconds", "1", "--metrics-port", str(port)],
-                stdout=out, stderr=subprocess.STDOUT)
+                stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             # Once it has said why (its start-up, a second or two, is past by then), the
             # kubelet would see these answers, probe after probe.

@@ -6,7 +6,9 @@ What no other e2e module covers: the image's entry point and Python environment,
 DaemonSet's hostPath mounts (device-plugin and pod-resources sockets, the simulated GPU's
 state), in-cluster configuration from a projected ServiceAccount token, the probes as the
 kubelet runs them, and what a GPU workload's own container receives. Only the GPU is
-simulated: the agent in its container drives the NVML simulator's state file on the node.
+simulated, behind the driver's own door: the agent in its container runs with ``--nvml=real``
+and loads ``libnvidia-ml.so.1`` where the NVIDIA container toolkit mounts it, which is the
+simulated library (``make nvml-lib``) talking to each node's simulator over a socket.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -27,11 +30,12 @@ from kubernetes.client.exceptions import ApiException
 
 from tessera.api.v1alpha1 import GROUP, VERSION
 from tessera.kubelet.podresources import PodResourcesClient
+from tessera.nvml.sim.server import NvmlServer
 from tessera.nvml.sim.state import new_node_state
 from tessera.nvml.sim.store import write_new_state_file
 from tessera.testing.cluster import Cluster, Node, free_ports
 from tessera.testing.cluster._containerd import Images
-from tessera.testing.cluster.fixtures import require_real_runtime
+from tessera.testing.cluster.fixtures import require_nvml_library, require_real_runtime
 from tessera.testing.deployment import CHART
 from tests.e2e._util import eventually, selector
 
@@ -51,7 +55,11 @@ MPS_STANDIN = "/var/lib/tessera-sim/bin/nvidia-cuda-mps-control"
 simulated GPU's folder): the image's own Python runs tessera.testing.mps_control."""
 RUNTIME_LABEL = {"tessera.dev/runtime": "containerd"}
 SIM_STATE = "/var/lib/tessera-sim/node.json"
-"""Where the chart's agent finds the simulated GPU, on the node."""
+"""The simulated GPU's state, on the node (the simulator serving it runs in the test)."""
+DRIVER_LIB = "/var/lib/tessera-sim/driver/libnvidia-ml.so.1"
+"""The simulated driver library on each node, which the chart mounts into the agent."""
+SIM_SOCKET = "/var/lib/tessera-sim/nvml.sock"
+"""Where the library finds the node's simulator (its built-in default)."""
 POLICY = "shipped-dynamic"
 L4_POLICY = "shipped-l4-mps"
 APP = {"app": "as-it-ships"}
@@ -74,6 +82,8 @@ class Shipped:
         self.cluster = cluster
         self.nodes = nodes
         self.images = images
+        self.drivers: dict[str, NvmlServer] = {}
+        """Each node's simulated driver: what answers its libnvidia-ml.so.1."""
         self.core = cluster.core_v1()
         self.custom = client.CustomObjectsApi(cluster.api_client())
 
@@ -102,6 +112,7 @@ class Shipped:
 @pytest.fixture(scope="module")
 def shipped(cluster: Cluster) -> Iterator[Shipped]:
     _, images = require_real_runtime()
+    library = require_nvml_library()
     nodes: dict[str, Node] = {}
     running = Shipped(cluster, nodes, images)
     try:
@@ -114,6 +125,11 @@ def shipped(cluster: Cluster) -> Iterator[Shipped]:
             card = "L4-24GB" if name == L4_NODE else "A100-SXM4-80GB"
             write_new_state_file(runtime.host_path(SIM_STATE),
                                  new_node_state(name, [card], mig=name != L4_NODE))
+            driver = runtime.host_path(DRIVER_LIB)
+            driver.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(library, driver)
+            running.drivers[name] = NvmlServer(runtime.host_path(SIM_STATE),
+                                               runtime.host_path(SIM_SOCKET))
             standin = runtime.host_path(MPS_STANDIN)
             standin.parent.mkdir(parents=True, exist_ok=True)
             standin.write_text("#!/bin/sh\nexec /opt/tessera/bin/python "
@@ -124,6 +140,8 @@ def shipped(cluster: Cluster) -> Iterator[Shipped]:
     finally:
         for name in nodes:
             cluster.remove_node(name)
+            if name in running.drivers:
+                running.drivers[name].close()
             with contextlib.suppress(ApiException):
                 running.custom.delete_cluster_custom_object(GROUP, VERSION, "nodepartitions",
                                                             name)
@@ -140,7 +158,7 @@ def _installed(cluster: Cluster, running: Shipped) -> Iterator[Shipped]:
               "--set", "image.pullPolicy=Never",
               "--set", "apiServer.host=127.0.0.1",
               "--set-string", f"apiServer.port={cluster.ports()['apiserver']}",
-              "--set", f"agent.nvml=sim:{SIM_STATE}",
+              "--set", f"agent.simulatedDriver.library={DRIVER_LIB}",
               "--set", "agent.nodeSelector.tessera\\.dev/runtime=containerd",
               "--set", f"agent.metricsPort={agent_port}", "--set", "agent.resyncSeconds=1",
               # A hung agent is restarted within seconds, not the default minute and a half.
@@ -200,6 +218,23 @@ def test_the_agent_runs_from_its_image_and_is_ready_through_its_probes(
         eventually(lambda node=node: shipped.custom.get_cluster_custom_object(
             GROUP, VERSION, "nodepartitions", node).get("status", {}).get("gpus"), 60,
             f"the agent's report on NodePartition {node}", describe=shipped.describe)
+
+
+def test_the_agent_loads_the_driver_library_as_on_a_gpu_node(shipped: Shipped) -> None:
+    """No simulator flag: the agent's pynvml dlopens libnvidia-ml.so.1 from the path the
+    NVIDIA container toolkit mounts it at, and every NVML call it makes crosses into the
+    node's simulator through that library."""
+    for agent in [*shipped.pods("agent"), *shipped.pods("agent-dra")]:
+        (container,) = agent.spec.containers
+        assert "--nvml=real" in container.args
+        assert not [a for a in container.args if "sim:" in a]
+        node = agent.spec.node_name
+        (status,) = agent.status.container_statuses
+        maps = Path(f"/proc/{_pid(shipped, status.container_id, node)}/maps").read_text()
+        assert "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1" in maps, node
+        calls = shipped.drivers[node].calls
+        assert calls.get("nvmlInitWithFlags", 0) >= 1, calls
+        assert calls.get("nvmlDeviceGetHandleByIndex_v2", 0) >= 1, calls
 
 
 def _pid(shipped: Shipped, container_id: str, node: str = NODE) -> int:

@@ -219,3 +219,19 @@ def test_after_the_simulator_restarts_init_starts_over_and_old_handles_fail(
         assert library.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(fresh)) == codes.SUCCESS
         assert library.nvmlDeviceGetName(fresh, name, 96) == codes.SUCCESS
         assert name.value == b"NVIDIA A100-SXM4-80GB"
+
+
+def test_the_server_listens_at_a_path_longer_than_a_socket_address_holds(
+        tmp_path: Path, library: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> None:
+    deep = tmp_path / ("node-folder-" * 8) / "var" / "lib" / "tessera-sim"
+    deep.mkdir(parents=True)
+    state = deep / "node.json"
+    write_new_state_file(state, new_node_state("deep", ["L4-24GB"], mig=False))
+    with NvmlServer(state, deep / "nvml.sock"), short_socket_dir() as short:
+        assert len(str(deep / "nvml.sock")) > 107
+        (short / "nvml.sock").symlink_to(deep / "nvml.sock")  # a client's own short path
+        monkeypatch.setenv(nvml_library.SOCKET_ENV, str(short / "nvml.sock"))
+        assert library.nvmlInit_v2() == codes.SUCCESS
+        count = ctypes.c_uint()
+        assert library.nvmlDeviceGetCount_v2(ctypes.byref(count)) == codes.SUCCESS
+        assert count.value == 1

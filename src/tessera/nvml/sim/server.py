@@ -172,6 +172,19 @@ def _read_exact(connection: socket.socket, size: int) -> bytes | None:
     return bytes(chunks)
 
 
+def _bind(listener: socket.socket, path: Path) -> None:
+    """Bind to ``path`` even past the 107 bytes a socket address holds (a test node's folder
+    can be that deep): through the folder's ``/proc/self/fd`` link when the path is long."""
+    if len(os.fsencode(path)) < 100:
+        listener.bind(str(path))
+        return
+    folder = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        listener.bind(f"/proc/self/fd/{folder}/{path.name}")
+    finally:
+        os.close(folder)
+
+
 class NvmlServer:
     """Serves one simulated node's state file on one socket, until :meth:`close`."""
 
@@ -195,6 +208,9 @@ class NvmlServer:
 
         class Server(socketserver.ThreadingUnixStreamServer):
             daemon_threads = True
+
+            def server_bind(self) -> None:
+                _bind(self.socket, Path(self.server_address))
 
         self._server = Server(str(self.socket_path), Handler)
         os.chmod(self.socket_path, 0o666)  # a container's non-root client reaches it too
