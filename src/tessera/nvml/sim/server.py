@@ -210,7 +210,7 @@ class NvmlServer:
             daemon_threads = True
 
             def server_bind(self) -> None:
-                _bind(self.socket, Path(self.server_address))
+                _bind(self.socket, Path(str(self.server_address)))
 
         self._server = Server(str(self.socket_path), Handler)
         os.chmod(self.socket_path, 0o666)  # a container's non-root client reaches it too
