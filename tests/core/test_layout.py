@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from tessera.core import catalogue
@@ -10,6 +12,7 @@ from tessera.core.layout import (
     Slice,
     check_layout,
     conflict_with,
+    count_profiles,
     diff_layouts,
     enumerate_layouts,
     free_memory_slices,
@@ -153,6 +156,30 @@ class TestCounts:
         assert is_valid(A100, sorted(mixed))
         assert sorted(s.profile for s in mixed) == ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]
         assert layout_for_counts(A100, {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}) == mixed
+
+    def test_a_card_already_cut_to_the_counts_keeps_its_placements(self) -> None:
+        """mig-parted asserts counts only: a card cut to an entry by it (or by hand) is left
+        exactly as it is, whatever the placements: every layout an A30 can hold, and a spread
+        of an A100-40GB's 2,319."""
+        for model, every in ((A30, 1), (A100, 290)):
+            for current in itertools.islice(enumerate_layouts(model), 0, None, every):
+                assert layout_for_counts(model, count_profiles(current), keep=current) == current
+
+    def test_otherwise_the_layout_that_keeps_most_current_slices_wins(self) -> None:
+        """Checked against brute force: every set of placements an A30 has, kept if valid."""
+        placements = [Slice(p.name, start) for p in A30.profiles for start in p.starts]
+        layouts = [frozenset(chosen) for size in range(len(placements) + 1)
+                   for chosen in itertools.combinations(placements, size)
+                   if is_valid(A30, chosen)]
+        by_counts: dict[tuple[tuple[str, int], ...], list[frozenset[Slice]]] = {}
+        for found in layouts:
+            by_counts.setdefault(tuple(sorted(count_profiles(found).items())), []).append(found)
+        for current in layouts:
+            for counts, same in by_counts.items():
+                chosen = layout_for_counts(A30, dict(counts), keep=current)
+                assert chosen in same
+                assert len(chosen & current) == max(len(other & current) for other in same)
+        assert len(layouts) > 20
 
     def test_counts_that_do_not_fit_are_refused_naming_them(self) -> None:
         with pytest.raises(InvalidLayoutError, match=r"holds 0\.\.1 x 4g\.20gb, not 2"):

@@ -61,7 +61,8 @@ def _static_gpu(policy: PartitionPolicy, gpu: ObservedGpu, index: int) -> GpuSpe
                 f"spec.static[{position}]", f"GPU {gpu.index} ({gpu.name}) cannot do MIG")
         model = catalogue.model(gpu.model)
         placed = layout.layout_for_counts(
-            model, entry.mig_devices, field=f"spec.static[{position}].migDevices")
+            model, entry.mig_devices, field=f"spec.static[{position}].migDevices",
+            keep=[layout.Slice(s.profile, s.start) for s in gpu.slices])
         for name in entry.mps_devices:
             if model.profile(name, field_name=f"spec.static[{position}].mpsDevices.{name}"
                              ).name not in {s.profile for s in placed}:

@@ -241,14 +241,20 @@ def count_profiles(slices: Iterable[Slice]) -> Counter[str]:
 
 
 def layout_for_counts(model: GpuModel, counts: Mapping[str, int],
-                      field: str = "migDevices") -> frozenset[Slice]:
+                      field: str = "migDevices", keep: Iterable[Slice] = ()) -> frozenset[Slice]:
     """Placements for a mig-parted style ``{profile: count}`` layout, found once, the same always.
 
     mig-parted has no placements and tries creation orders until one works; with the whole
     layout space enumerable, Tessera picks the valid layout with exactly these counts whose
     larger slices sit lowest (the first in catalogue order), so the same config always gives
     the same placements, and names the counts when none exists.
+
+    ``keep``: the slices the card holds now. Of the layouts with these counts, one that keeps
+    the most of them wins (then the order above), because a config asserts counts, not
+    placements (``nvidia-mig-parted assert``): a card mig-parted already cut to the entry is
+    left as it is, and a slice a pod holds is not moved when another placement would do.
     """
+    kept = frozenset(keep)
     wanted: Counter[str] = Counter()
     for name, number in counts.items():
         profile = model.profile(name, field_name=f"{field}.{name}")  # an alias names it too
@@ -259,12 +265,13 @@ def layout_for_counts(model: GpuModel, counts: Mapping[str, int],
                 f"not {wanted[profile.name]}")
     wanted = +wanted
     best: frozenset[Slice] | None = None
-    best_key: tuple[tuple[int, int], ...] | None = None
+    best_key: tuple[int, tuple[tuple[int, int], ...]] | None = None
     order = {p.name: i for i, p in enumerate(model.profiles)}
     for candidate in enumerate_layouts(model):
         if count_profiles(candidate) != Counter(wanted):
             continue
-        key = tuple(sorted((order[s.profile], s.start) for s in candidate))
+        key = (-len(candidate & kept),
+               tuple(sorted((order[s.profile], s.start) for s in candidate)))
         if best_key is None or key < best_key:
             best, best_key = candidate, key
     if best is None:
