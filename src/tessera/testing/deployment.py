@@ -27,9 +27,10 @@ from kubernetes.client.exceptions import ApiException
 
 from tessera.api.v1alpha1 import GROUP, VERSION
 from tessera.controller.demand import GATE
+from tessera.nvml.sim.server import NvmlServer
 from tessera.nvml.sim.state import new_node_state
 from tessera.nvml.sim.store import write_new_state_file
-from tessera.testing import mps_control
+from tessera.testing import mps_control, nvml_library
 from tessera.testing.cluster import Cluster, Node, Process
 
 __all__ = ["CHART", "TesseraDeployment"]
@@ -81,7 +82,9 @@ class TesseraDeployment:
         self.nodes: dict[str, Node] = {}
         self.states: dict[str, Path] = {}
         self.controllers: list[Process] = []
-        self._mps_roots: list[Path] = []
+        self._scratch_roots: list[Path] = []
+        self.drivers: dict[str, NvmlServer] = {}
+        """The simulated driver of each node added with ``nvml="library"``."""
 
     def helm(self, *args: str) -> str:
         result = subprocess.run(
@@ -142,21 +145,27 @@ class TesseraDeployment:
         subprocess.run([self.cluster.binaries["helm"], "--kubeconfig",
                         str(self.cluster.kubeconfig), "uninstall", "tessera", "-n",
                         self.namespace], capture_output=True, timeout=120, check=False)
-        for root in self._mps_roots:
+        for driver in self.drivers.values():
+            driver.close()
+        self.drivers.clear()
+        for root in self._scratch_roots:
             mps_control.kill_registered(root / "daemons")
             shutil.rmtree(root, ignore_errors=True)
 
     def add_gpu_node(self, name: str, labels: Mapping[str, str], models: Sequence[str],
                      *, mig: bool = False, resync_s: float = 1.0, mps: bool = False,
                      api: str = "device-plugin", dra_mps_shares: int = 4,
-                     runtime: str = "fake") -> Node:
+                     runtime: str = "fake", nvml: str = "sim") -> Node:
         """A real kubelet with ``tessera agent`` beside it on a simulated node of ``models``;
         ``mps`` gives the agent MPS, with the stand-in ``nvidia-cuda-mps-control``; ``api``
         ``dra`` runs the agent as the node's DRA driver (registered in the kubelet's plugin
         registry under its root dir) instead of its device plugins, offering GPUs without MIG
         as ``dra_mps_shares`` MPS shares when ``mps``. ``runtime``: the kubelet's, ``fake`` or
         ``containerd`` (pods then run in real containers; the agent stays a process beside
-        the kubelet, with the node's own paths)."""
+        the kubelet, with the node's own paths). ``nvml``: how the agent reaches the
+        simulated cards, ``sim`` (``--nvml sim:FILE``) or ``library`` (``--nvml real``: the
+        loader finds the simulated ``libnvidia-ml.so.1``, which talks to a simulator serving
+        the node's state file, :attr:`drivers`, as the production path runs on a node)."""
 
         def start_agent(node: Node) -> None:
             kubeconfig = self.agent_kubeconfig_for(node.name)
@@ -165,13 +174,21 @@ class TesseraDeployment:
             self.states[node.name] = state
             extra: list[str] = []
             env: dict[str, str] | None = None
+            spec = f"sim:{state}"
+            if nvml == "library":
+                socket = Path(tempfile.mkdtemp(prefix="ts-nvml-", dir="/tmp")) / "nvml.sock"
+                self._scratch_roots.append(socket.parent)
+                self.drivers[node.name] = NvmlServer(state, socket)
+                spec = "real"
+                env = {**os.environ, "LD_LIBRARY_PATH": str(nvml_library.locate().parent),
+                       nvml_library.SOCKET_ENV: str(socket)}
             if mps:
                 # Unix socket paths are short: the daemons' pipes live under /tmp.
                 root = Path(tempfile.mkdtemp(prefix="ts-mps-", dir="/tmp"))
-                self._mps_roots.append(root)
+                self._scratch_roots.append(root)
                 binary = mps_control.install(node.root / "bin")
                 extra = ["--mps-root", str(root), "--mps-control", str(binary)]
-                env = dict(os.environ)
+                env = dict(env or os.environ)
                 env[mps_control.REGISTRY_ENV] = str(root / "daemons")
             if api == "dra":
                 extra += ["--api", "dra",
@@ -184,7 +201,7 @@ class TesseraDeployment:
                     extra += ["--dra-mps-shares", str(dra_mps_shares)]
             node.spawn("agent", [
                 sys.executable, "-m", "tessera.cli.main", "agent", "--node-name", node.name,
-                "--kubeconfig", str(kubeconfig), "--nvml", f"sim:{state}",
+                "--kubeconfig", str(kubeconfig), "--nvml", spec,
                 "--plugin-dir", str(node.device_plugin_dir),
                 "--pod-resources-socket", str(node.pod_resources_socket),
                 "--resync-seconds", str(resync_s), "--metrics-port", "0",

@@ -259,6 +259,15 @@ class FakeNvmlLib:
         buffer.value = version
         return codes.SUCCESS
 
+    def nvmlSystemGetNVMLVersion(self, buffer: Any, length: Any) -> int:
+        """NVML's version is the CUDA major version it ships with, then the driver's."""
+        state = self.store.read()
+        version = f"{state.cuda_driver_version // 1000}.{state.driver_version}".encode()
+        if len(version) + 1 > _length(length):
+            return codes.INSUFFICIENT_SIZE
+        buffer.value = version
+        return codes.SUCCESS
+
     def nvmlSystemGetCudaDriverVersion(self, version: Any) -> int:
         _out(version).value = self.store.read().cuda_driver_version
         return codes.SUCCESS
@@ -294,6 +303,20 @@ class FakeNvmlLib:
                         key = _Key("mig", gpu.index, instance.id, compute.id)
                         _set_pointer(device, self._token(key))
                         return codes.SUCCESS
+        return codes.NOT_FOUND
+
+    def nvmlDeviceGetHandleByPciBusId_v2(self, bus_id: Any, device: Any) -> int:
+        """Any spelling NVML takes: ``domain:bus:device.function`` with a 4- or 8-digit
+        domain, or ``bus:device.function``; hex digits in either case."""
+        wanted = _pci_address(bus_id.value.decode())
+        if wanted is None:
+            return codes.INVALID_ARGUMENT
+        for gpu in self.store.read().gpus:
+            if _pci_address(gpu.bus_id) == wanted:
+                if gpu.lost:
+                    return codes.GPU_IS_LOST
+                _set_pointer(device, self._token(_Key("gpu", gpu.index)))
+                return codes.SUCCESS
         return codes.NOT_FOUND
 
     def _device(self, handle: Any) -> tuple[NodeState, SimGpu, _Key]:
@@ -848,6 +871,20 @@ class FakeNvmlLib:
 def error_string(result: int) -> bytes:
     """``nvmlErrorString``: the same text through either door (in process, or the library)."""
     return _ERROR_STRINGS.get(result, f"Unknown Error {result}").encode()
+
+
+def _pci_address(text: str) -> tuple[int, int, int, int] | None:
+    """(domain, bus, device, function) of a PCI bus id, or None if it is not one."""
+    parts = text.strip().split(":")
+    if len(parts) == 2:
+        parts = ["0", *parts]
+    if len(parts) != 3 or "." not in parts[2]:
+        return None
+    device, function = parts[2].split(".", 1)
+    try:
+        return int(parts[0], 16), int(parts[1], 16), int(device, 16), int(function, 16)
+    except ValueError:
+        return None
 
 
 def _length(value: Any) -> int:

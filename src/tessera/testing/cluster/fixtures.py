@@ -17,7 +17,7 @@ from typing import NoReturn
 
 import pytest
 
-from tessera.testing import nvml_library
+from tessera.testing import nvidia_host, nvml_library
 from tessera.testing.cluster._cluster import Binaries, BinariesMissingError, Cluster
 from tessera.testing.cluster._containerd import ContainerdBinaries, Images
 
@@ -53,6 +53,14 @@ def require_nvml_library() -> Path:
         return nvml_library.locate()
     except FileNotFoundError as missing:
         unavailable("the simulated libnvidia-ml.so.1 is", missing)
+
+
+def require_nvidia_tools() -> Path:
+    """NVIDIA's mig-parted and device plugin (``make nvidia-tools``), or skip (fail under CI)."""
+    try:
+        return nvidia_host.tools()
+    except FileNotFoundError as missing:
+        unavailable("NVIDIA's tools are", missing)
 
 
 @pytest.fixture(scope="session")
