@@ -42,6 +42,7 @@ class _Model(NamedTuple):
     product_names: tuple[str, ...]
     pci_device_ids: tuple[int, ...]
     architecture: str
+    compute_capability: tuple[int, int]
     total_memory_mib: int
     memory_slices: int
     compute_slices: int
@@ -72,6 +73,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA A30',),
         pci_device_ids=(0x20B710DE,),  # 0x20B710DE: -
         architecture="ampere",
+        compute_capability=(8, 0),
         total_memory_mib=24576,
         memory_slices=4,
         compute_slices=4,
@@ -94,6 +96,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA A100-SXM4-40GB', 'NVIDIA A100-PCIE-40GB', 'NVIDIA A800 40GB Active', 'NVIDIA A800-SXM4-40GB'),
         pci_device_ids=(0x20B010DE, 0x20F110DE, 0x20B110DE, 0x20F610DE, 0x20BD10DE,),  # 0x20B010DE: SXM4; 0x20F110DE: PCIe; 0x20B110DE: -; 0x20F610DE: A800 40GB Active; 0x20BD10DE: A800-SXM4-40GB (driver README; not in NVIDIA's mig-parted filters)
         architecture="ampere",
+        compute_capability=(8, 0),
         total_memory_mib=40960,
         memory_slices=8,
         compute_slices=7,
@@ -118,6 +121,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA A100-SXM4-80GB', 'NVIDIA A100 80GB PCIe', 'NVIDIA A800-SXM4-80GB', 'NVIDIA A800 80GB PCIe'),
         pci_device_ids=(0x20B210DE, 0x20B510DE, 0x20F310DE, 0x20F510DE,),  # 0x20B210DE: SXM4; 0x20B510DE: PCIe; 0x20F310DE: A800-SXM4-80GB; 0x20F510DE: A800 80GB PCIe
         architecture="ampere",
+        compute_capability=(8, 0),
         total_memory_mib=81920,
         memory_slices=8,
         compute_slices=7,
@@ -142,6 +146,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA H100 80GB HBM3', 'NVIDIA H100 PCIe', 'NVIDIA H800 PCIe', 'NVIDIA H800'),
         pci_device_ids=(0x233010DE, 0x233110DE, 0x232210DE, 0x232410DE,),  # 0x233010DE: SXM5; 0x233110DE: PCIe; 0x232210DE: H800 PCIe; 0x232410DE: H800
         architecture="hopper",
+        compute_capability=(9, 0),
         total_memory_mib=81559,
         memory_slices=8,
         compute_slices=7,
@@ -166,6 +171,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA H100 NVL', 'NVIDIA H800 NVL'),
         pci_device_ids=(0x232110DE, 0x233A10DE,),  # 0x232110DE: -; 0x233A10DE: H800 NVL
         architecture="hopper",
+        compute_capability=(9, 0),
         total_memory_mib=95830,
         memory_slices=8,
         compute_slices=7,
@@ -190,6 +196,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA H200', 'NVIDIA H200 NVL'),
         pci_device_ids=(0x233510DE, 0x233B10DE,),  # 0x233510DE: SXM; 0x233B10DE: NVL
         architecture="hopper",
+        compute_capability=(9, 0),
         total_memory_mib=143771,
         memory_slices=8,
         compute_slices=7,
@@ -214,6 +221,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA GH200 480GB', 'NVIDIA GH200 120GB'),
         pci_device_ids=(0x234210DE,),  # 0x234210DE: -
         architecture="hopper",
+        compute_capability=(9, 0),
         total_memory_mib=97871,
         memory_slices=8,
         compute_slices=7,
@@ -228,6 +236,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA GH200 144G HBM3e',),
         pci_device_ids=(0x234810DE,),  # 0x234810DE: -
         architecture="hopper",
+        compute_capability=(9, 0),
         total_memory_mib=146831,
         memory_slices=8,
         compute_slices=7,
@@ -252,6 +261,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA H100 96GB HBM3',),
         pci_device_ids=(0x233D10DE,),  # 0x233D10DE: H100 96GB (pci.ids; grouped with GH200 in NVIDIA's mig-parted filters)
         architecture="hopper",
+        compute_capability=(9, 0),
         total_memory_mib=97871,
         memory_slices=8,
         compute_slices=7,
@@ -266,6 +276,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA PG506-232',),
         pci_device_ids=(0x20B610DE,),  # 0x20B610DE: GA100 PG506-232 (NVIDIA mig-parted 65c4086c 'PG506-96GB')
         architecture="ampere",
+        compute_capability=(8, 0),
         total_memory_mib=98304,
         memory_slices=8,
         compute_slices=7,
@@ -290,6 +301,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA H20',),
         pci_device_ids=(0x232910DE,),  # 0x232910DE: H20 (driver README)
         architecture="hopper",
+        compute_capability=(9, 0),
         total_memory_mib=97871,
         memory_slices=8,
         compute_slices=7,
@@ -314,6 +326,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA B200',),
         pci_device_ids=(0x290110DE,),  # 0x290110DE: B200 (driver README)
         architecture="blackwell",
+        compute_capability=(10, 0),
         total_memory_mib=183359,
         memory_slices=8,
         compute_slices=7,
@@ -338,6 +351,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA GB200',),
         pci_device_ids=(0x294110DE,),  # 0x294110DE: GB200 (driver README)
         architecture="blackwell",
+        compute_capability=(10, 0),
         total_memory_mib=189471,
         memory_slices=8,
         compute_slices=7,
@@ -362,6 +376,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA B300 SXM6 AC',),
         pci_device_ids=(0x318210DE,),  # 0x318210DE: B300 SXM6 AC (driver README)
         architecture="blackwell",
+        compute_capability=(10, 3),
         total_memory_mib=275200,
         memory_slices=8,
         compute_slices=7,
@@ -386,6 +401,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA GB300',),
         pci_device_ids=(0x31C210DE,),  # 0x31C210DE: GB300 (driver README)
         architecture="blackwell",
+        compute_capability=(10, 3),
         total_memory_mib=284208,
         memory_slices=8,
         compute_slices=7,
@@ -410,6 +426,7 @@ MODELS: tuple[_Model, ...] = (
         product_names=('NVIDIA RTX PRO 6000 Blackwell Server Edition', 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition', 'NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition'),
         pci_device_ids=(0x2BB510DE, 0x2BB110DE, 0x2BB410DE,),  # 0x2BB510DE: Server Edition; 0x2BB110DE: Workstation Edition; 0x2BB410DE: Max-Q Workstation Edition (lspci)
         architecture="blackwell",
+        compute_capability=(12, 0),
         total_memory_mib=97887,
         memory_slices=12,
         compute_slices=4,
@@ -441,6 +458,7 @@ class _Whole(NamedTuple):
     product_names: tuple[str, ...]
     pci_device_ids: tuple[int, ...]
     architecture: str
+    compute_capability: tuple[int, int]
     total_memory_mib: int
     source: str
     unverified: tuple[str, ...]
@@ -450,15 +468,16 @@ WHOLE_SOURCE = ("real nvidia-smi transcripts (driver 5xx+, ECC on; R470 and ECC 
                 "totals); PCI ids from NVIDIA's driver README (595.45.04) or pci.ids")
 
 WHOLE_GPUS: tuple[_Whole, ...] = (
-    # name, NVML product names, PCI device ids, architecture, memory MiB as nvidia-smi totals it,
+    # name, NVML product names, PCI device ids, architecture, CUDA compute capability, memory MiB
+    # as nvidia-smi totals it,
     # source, unverified fields
-    _Whole("T4-16GB", ("Tesla T4",), (0x1EB810DE,), "turing", 15360, WHOLE_SOURCE, ()),
-    _Whole("L4-24GB", ("NVIDIA L4",), (0x27B810DE,), "ada", 23034, WHOLE_SOURCE, ()),
-    _Whole("A10-24GB", ("NVIDIA A10",), (0x223610DE,), "ampere", 23028, WHOLE_SOURCE, ()),
-    _Whole("A10G-24GB", ("NVIDIA A10G",), (0x223710DE,), "ampere", 23028, WHOLE_SOURCE, ()),
-    _Whole("L40S-48GB", ("NVIDIA L40S",), (0x26B910DE,), "ada", 46068, WHOLE_SOURCE, ()),
-    _Whole("L40-48GB", ("NVIDIA L40",), (0x26B510DE,), "ada", 46068, WHOLE_SOURCE, ()),
-    _Whole("A40-48GB", ("NVIDIA A40",), (0x223510DE,), "ampere", 46068, WHOLE_SOURCE, ()),
-    _Whole("V100-16GB", ("Tesla V100-SXM2-16GB", "Tesla V100-PCIE-16GB"), (0x1DB110DE, 0x1DB410DE, 0x1DF510DE), "volta", 16384, WHOLE_SOURCE, ()),
-    _Whole("V100-32GB", ("Tesla V100-SXM2-32GB", "Tesla V100-PCIE-32GB"), (0x1DB510DE, 0x1DB610DE), "volta", 32768, WHOLE_SOURCE, ()),
+    _Whole("T4-16GB", ("Tesla T4",), (0x1EB810DE,), "turing", (7, 5), 15360, WHOLE_SOURCE, ()),
+    _Whole("L4-24GB", ("NVIDIA L4",), (0x27B810DE,), "ada", (8, 9), 23034, WHOLE_SOURCE, ()),
+    _Whole("A10-24GB", ("NVIDIA A10",), (0x223610DE,), "ampere", (8, 6), 23028, WHOLE_SOURCE, ()),
+    _Whole("A10G-24GB", ("NVIDIA A10G",), (0x223710DE,), "ampere", (8, 6), 23028, WHOLE_SOURCE, ()),
+    _Whole("L40S-48GB", ("NVIDIA L40S",), (0x26B910DE,), "ada", (8, 9), 46068, WHOLE_SOURCE, ()),
+    _Whole("L40-48GB", ("NVIDIA L40",), (0x26B510DE,), "ada", (8, 9), 46068, WHOLE_SOURCE, ()),
+    _Whole("A40-48GB", ("NVIDIA A40",), (0x223510DE,), "ampere", (8, 6), 46068, WHOLE_SOURCE, ()),
+    _Whole("V100-16GB", ("Tesla V100-SXM2-16GB", "Tesla V100-PCIE-16GB"), (0x1DB110DE, 0x1DB410DE, 0x1DF510DE), "volta", (7, 0), 16384, WHOLE_SOURCE, ()),
+    _Whole("V100-32GB", ("Tesla V100-SXM2-32GB", "Tesla V100-PCIE-32GB"), (0x1DB510DE, 0x1DB610DE), "volta", (7, 0), 32768, WHOLE_SOURCE, ()),
 )

@@ -255,6 +255,8 @@ class GpuModel:
     pci_device_ids: tuple[int, ...]
     """``nvmlPciInfo_t.pciDeviceId`` values (device id << 16 | vendor 0x10DE)."""
     architecture: Architecture
+    compute_capability: tuple[int, int]
+    """CUDA's (major, minor), as ``nvmlDeviceGetCudaComputeCapability`` gives it."""
     total_memory_mib: int
     memory_slices: int
     compute_slices: int
@@ -358,6 +360,7 @@ def _model_from_row(row: _mig_table._Model) -> GpuModel:
         product_names=row.product_names,
         pci_device_ids=row.pci_device_ids,
         architecture=architecture,
+        compute_capability=row.compute_capability,
         total_memory_mib=row.total_memory_mib,
         memory_slices=row.memory_slices,
         compute_slices=row.compute_slices,
@@ -636,6 +639,8 @@ class WholeGpu:
     product_names: tuple[str, ...]
     pci_device_ids: tuple[int, ...]
     architecture: str
+    compute_capability: tuple[int, int]
+    """CUDA's (major, minor), as ``nvmlDeviceGetCudaComputeCapability`` gives it."""
     total_memory_mib: int
     source: str
     unverified: frozenset[str]
@@ -652,6 +657,7 @@ def whole_gpus() -> tuple[WholeGpu, ...]:
     return tuple(
         WholeGpu(name=row.name, product_names=row.product_names,
                  pci_device_ids=row.pci_device_ids, architecture=row.architecture,
+                 compute_capability=row.compute_capability,
                  total_memory_mib=row.total_memory_mib, source=row.source,
                  unverified=frozenset(row.unverified))
         for row in _mig_table.WHOLE_GPUS)

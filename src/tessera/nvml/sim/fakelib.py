@@ -79,6 +79,8 @@ _ERROR_STRINGS = {
 }
 
 XID_EVENT = 0x8
+TOPOLOGY_INTERNAL, TOPOLOGY_NODE = 0, 40
+"""``nvmlGpuTopologyLevel_t``: the same board; an interconnect within one CPU's PCIe root."""
 NO_INSTANCE = 0xFFFFFFFF
 MIB = 1024 * 1024
 GI_PROFILE_COUNT = 18
@@ -368,6 +370,37 @@ class FakeNvmlLib:
 
     def nvmlDeviceGetMinorNumber(self, handle: Any, minor: Any) -> int:
         return self._gpu_ordinal(handle, minor)
+
+    def nvmlDeviceGetAttributes_v2(self, handle: Any, attributes: Any) -> int:
+        """A MIG device's share of its card: its compute instance's SMs and slices, its GPU
+        instance's engines, slices and memory (what go-nvlib derives a MIG profile's name
+        from). A whole GPU answers NOT_SUPPORTED here: its attributes are not recorded in
+        the catalogue, and no client of the simulator asks for them."""
+        state, _, key = self._device(handle)
+        if key.kind != "mig":
+            return codes.NOT_SUPPORTED
+        _, model, instance, compute = self._ci(state, key)
+        profile = model.profile_by_id(instance.profile_id)
+        assert profile is not None
+        slices = compute.size
+        target = _out(attributes)
+        target.multiprocessorCount = profile.sm_count * slices // profile.compute_slices
+        target.sharedCopyEngineCount = profile.engines.copy
+        target.sharedDecoderCount = profile.engines.decoders
+        target.sharedEncoderCount = profile.engines.encoders
+        target.sharedJpegCount = profile.engines.jpeg
+        target.sharedOfaCount = profile.engines.ofa
+        target.gpuInstanceSliceCount = profile.compute_slices
+        target.computeInstanceSliceCount = slices
+        target.memorySizeMB = profile.memory_mib
+        return codes.SUCCESS
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Any, major: Any, minor: Any) -> int:
+        """The card's, from the catalogue; a MIG device answers with its parent's."""
+        _, gpu, _ = self._device(handle)
+        card = catalogue.card(gpu.model)
+        _out(major).value, _out(minor).value = card.compute_capability
+        return codes.SUCCESS
 
     def nvmlDeviceGetPciInfo_v3(self, handle: Any, info: Any) -> int:
         _, gpu, _ = self._device(handle)
@@ -821,6 +854,32 @@ class FakeNvmlLib:
         self._event_sets[address] = _EventSet(
             gpus={}, last_seq=self.store.read().next_event_seq - 1)
         _set_pointer(out, address)
+        return codes.SUCCESS
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, first: Any, second: Any, level: Any) -> int:
+        """The simulated node's topology: every card on the PCIe root of one CPU (NODE), as
+        in a single-socket PCIe server; a card and itself share the board (INTERNAL)."""
+        state = self.store.read()
+        one = self._gpu(state, self._key(first, "gpu"))
+        other = self._gpu(state, self._key(second, "gpu"))
+        _out(level).value = TOPOLOGY_INTERNAL if one.index == other.index else TOPOLOGY_NODE
+        return codes.SUCCESS
+
+    def nvmlDeviceGetNvLinkState(self, handle: Any, link: Any, active: Any) -> int:
+        """No simulated card has NVLink (they sit on PCIe, above): NOT_SUPPORTED for every
+        link, as a PCIe card answers."""
+        self._device(handle)
+        return codes.NOT_SUPPORTED
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: Any, event_types: Any) -> int:
+        """Xid critical errors, the one kind of event the simulator delivers (a real card
+        also lists ECC, clock and power events; claiming them here would promise events that
+        never come). Asked of a MIG device, NOT_SUPPORTED, as registering is."""
+        key = self._key(handle, "gpu", "mig")
+        if key.kind == "mig":
+            return codes.NOT_SUPPORTED
+        self._gpu(self.store.read(), key)
+        _out(event_types).value = XID_EVENT
         return codes.SUCCESS
 
     def nvmlDeviceRegisterEvents(self, handle: Any, mask: Any, event_set: Any) -> int:
