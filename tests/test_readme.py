@@ -6,6 +6,8 @@ from pathlib import Path
 
 from tessera.cli.catalogue_cmd import render_markdown
 from tessera.core import catalogue
+from tessera.nvml.sim import abi
+from tests._nvml_calls import rows
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -33,3 +35,18 @@ def test_every_model_and_every_unverified_model_is_listed() -> None:
     for card in catalogue.whole_gpus():
         assert f"| {card.name} |" in table
         assert f"- **{card.name}**: " in table
+
+
+def test_the_nvml_calls_table_lists_every_modelled_call_and_no_other() -> None:
+    """One row per entry point the simulated ``libnvidia-ml.so.1`` exports; the clients'
+    columns are checked where each client runs (tests/nvml/sim, tests/e2e)."""
+    assert set(rows()) == set(abi.SYMBOLS)
+    assert all(clients for name, clients in rows().items()
+               if name not in _NO_CLIENT), "a modelled call no client makes is named below"
+    assert not any(rows()[name] for name in _NO_CLIENT)
+
+
+_NO_CLIENT = {"nvmlDeviceGetGpuInstanceProfileInfoByIdV",
+              "nvmlDeviceGetGpuInstanceRemainingCapacity", "nvmlDeviceGetIndex",
+              "nvmlGpuInstanceGetComputeInstanceRemainingCapacity",
+              "nvmlSystemGetCudaDriverVersion", "nvmlSystemGetDriverVersion"}

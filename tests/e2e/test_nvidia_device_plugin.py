@@ -22,12 +22,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tessera.agent.node import NodeRuntime, RuntimeSettings
 from tessera.core import catalogue
-from tessera.kubelet.plugins import PluginSettings
 from tessera.kubelet.podresources import PodResourcesClient
-from tessera.nvml import sim
-from tessera.nvml.backend import open_backend
 from tessera.nvml.sim.server import NvmlServer
 from tessera.nvml.sim.state import new_node_state
 from tessera.nvml.sim.store import load_state_file, write_new_state_file
@@ -35,6 +31,7 @@ from tessera.testing import nvml_library, short_socket_dir
 from tessera.testing.cluster import Cluster, Node
 from tessera.testing.cluster.fixtures import require_nvidia_tools, require_nvml_library
 from tessera.testing.nvidia_host import NvidiaHost
+from tests._nvml_calls import documented
 from tests.e2e._util import eventually
 
 LAYOUT = {"version": "v1", "mig-configs": {"node": [
@@ -132,24 +129,6 @@ def _nvidia_device_plugin(host: NvidiaHost, log: Path) -> Iterator[subprocess.Po
         plugin.wait(timeout=30)
 
 
-@contextlib.contextmanager
-def _tessera_plugins(node: Node, socket: Path) -> Iterator[NodeRuntime]:
-    """The agent's device plugins on the node, reaching the cards through the library."""
-    nvml_library.load(socket)
-    backend = open_backend("real")
-    runtime = NodeRuntime(backend, RuntimeSettings(
-        plugins=PluginSettings(plugin_dir=str(node.device_plugin_dir)),
-        pod_resources_socket=str(node.pod_resources_socket)))
-    runtime.start()
-    try:
-        runtime.refresh()
-        yield runtime
-    finally:
-        runtime.stop()
-        backend.close()
-        sim.uninstall()
-
-
 @pytest.fixture
 def node(cluster: Cluster) -> Iterator[Node]:
     added = cluster.add_node("nvidia-dp-node")
@@ -172,7 +151,7 @@ def test_nvidia_s_plugin_and_tessera_s_advertise_and_hand_out_the_same_devices(
     write_new_state_file(state, new_node_state(node.name, ["A100-80GB", "H100-80GB"]))
     config = tmp_path / "layout.yaml"
     config.write_text(yaml.safe_dump(LAYOUT))
-    with short_socket_dir() as sockets, NvmlServer(state, sockets / "nvml.sock"):
+    with short_socket_dir() as sockets, NvmlServer(state, sockets / "nvml.sock") as server:
         host = NvidiaHost(tmp_path / "host", load_state_file(state), library,
                           sockets / "nvml.sock", kubelet_device_plugins=node.device_plugin_dir)
         applied = host.run([str(mig_parted), "apply", "-f", str(config), "-c", "node"],
@@ -181,11 +160,14 @@ def test_nvidia_s_plugin_and_tessera_s_advertise_and_hand_out_the_same_devices(
         cards = load_state_file(state).gpus
         assert not cards[1].mig_pending, "mig-parted took GPU 1 out of MIG mode"
 
-        with _nvidia_device_plugin(host, node.logs / "nvidia-device-plugin.log"):
+        mig_parted_calls = set().union(*server.calls_by_client.values())
+        with _nvidia_device_plugin(host, node.logs / "nvidia-device-plugin.log") as plugin:
             nvidia = _advertised(cluster, node, core)
+        plugin_calls = server.calls_by_client[plugin.pid]
         eventually(lambda: not _nvidia_allocatable(cluster, node), 60,
                    "NVIDIA's plugin gone, its devices no longer allocatable")
-        with _tessera_plugins(node, sockets / "nvml.sock"):
+        with nvml_library.agent_runtime(sockets / "nvml.sock", node.device_plugin_dir,
+                                        node.pod_resources_socket):
             tessera = _advertised(cluster, node, core)
 
     truth: dict[str, set[str]] = {"nvidia.com/gpu": {cards[1].uuid}}
@@ -195,6 +177,8 @@ def test_nvidia_s_plugin_and_tessera_s_advertise_and_hand_out_the_same_devices(
         for compute in instance.compute_instances:
             truth.setdefault(profile.resource_name, set()).add(compute.uuid)
 
+    assert plugin_calls == documented("device-plugin"), "the README's table says which"
+    assert "nvmlDeviceSetMigMode" in mig_parted_calls <= documented("mig-parted")
     assert nvidia.allocatable == tessera.allocatable == EXPECTED
     assert {r: nvidia.device_ids.get(r) for r in EXPECTED} == truth, "NVIDIA reads the cards"
     assert {r: tessera.device_ids.get(r) for r in EXPECTED} == truth

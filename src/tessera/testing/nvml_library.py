@@ -8,13 +8,19 @@ program loads it as it loads the driver's, and every call goes to the server ove
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pynvml
 
-__all__ = ["LIB_ENV", "SOCKET_ENV", "load", "locate"]
+from tessera.agent.node import NodeRuntime, RuntimeSettings
+from tessera.kubelet.plugins import PluginSettings
+from tessera.nvml.backend import open_backend
+
+__all__ = ["LIB_ENV", "SOCKET_ENV", "agent_runtime", "load", "locate"]
 
 LIB_ENV = "TESSERA_NVML_LIB"
 """The library file, set by ``make pytest``; else ``build/nvml/libnvidia-ml.so.1``."""
@@ -42,3 +48,26 @@ def load(socket_path: str | os.PathLike[str]) -> ctypes.CDLL:
         pynvml._nvmlGetFunctionPointer_cache.clear()
         pynvml._nvmlLib_refcount = 0
     return library
+
+
+@contextlib.contextmanager
+def agent_runtime(socket_path: str | os.PathLike[str], plugin_dir: Path,
+                  pod_resources_socket: Path) -> Iterator[NodeRuntime]:
+    """Tessera's agent runtime (its device plugins and observation) in this process, reaching
+    the cards through the library on ``socket_path``: the agent's production NVML path."""
+    load(socket_path)
+    backend = open_backend("real")
+    runtime = NodeRuntime(backend, RuntimeSettings(
+        plugins=PluginSettings(plugin_dir=str(plugin_dir)),
+        pod_resources_socket=str(pod_resources_socket), xid_poll_s=0.05))
+    runtime.start()
+    try:
+        runtime.refresh()
+        yield runtime
+    finally:
+        runtime.stop()
+        backend.close()
+        with pynvml.libLoadLock:
+            pynvml.nvmlLib = None
+            pynvml._nvmlGetFunctionPointer_cache.clear()
+            pynvml._nvmlLib_refcount = 0

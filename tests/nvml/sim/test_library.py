@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import inspect
+import os
 import subprocess
 import sys
 import threading
@@ -21,6 +22,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
+from tessera.agent.reconciler import Reconciler
+from tessera.api.v1alpha1 import GpuSpec, NodePartition, NodePartitionSpec, ObjectMeta, SliceSpec
+from tessera.core.layout import parse_slice
 from tessera.nvml import sim
 from tessera.nvml.backend import open_backend
 from tessera.nvml.sim import FakeNvmlLib, FileStore, abi, operations
@@ -28,8 +32,9 @@ from tessera.nvml.sim.fakelib import codes
 from tessera.nvml.sim.server import NvmlServer
 from tessera.nvml.sim.state import new_node_state
 from tessera.nvml.sim.store import write_new_state_file
-from tessera.testing import nvml_library, short_socket_dir
+from tessera.testing import KubeletStandIn, nvml_library, short_socket_dir
 from tessera.testing.cluster.fixtures import require_nvml_library
+from tests._nvml_calls import documented
 
 
 @pytest.fixture
@@ -235,3 +240,36 @@ def test_the_server_listens_at_a_path_longer_than_a_socket_address_holds(
         count = ctypes.c_uint()
         assert library.nvmlDeviceGetCount_v2(ctypes.byref(count)) == codes.SUCCESS
         assert count.value == 1
+
+
+def test_the_agent_makes_the_calls_the_readme_table_gives_it(tmp_path: Path,
+                                                              socket_dir: Path) -> None:
+    """Tessera's agent through the library, as on a node: it observes, turns MIG on, cuts a
+    card, reshapes it, watches for Xid events and lists processes; every NVML call it makes is
+    in the README's table under Tessera, and the table claims no other."""
+    state = tmp_path / "node.json"
+    node = new_node_state("lib-node", ["A100-80GB", "H100-80GB"])
+    node.gpus[1].mig_current = node.gpus[1].mig_pending = 0
+    write_new_state_file(state, node)
+    with NvmlServer(state, socket_dir / "nvml.sock") as server:
+        kubelet = KubeletStandIn(socket_dir / "device-plugins")
+        kubelet.start()
+        try:
+            with nvml_library.agent_runtime(socket_dir / "nvml.sock",
+                                            socket_dir / "device-plugins",
+                                            kubelet.pod_resources_socket) as runtime:
+                reconciler = Reconciler(runtime)
+                for generation, layout in enumerate(
+                        (["3g.40gb@4", "1g.10gb@0"], ["7g.80gb@0"]), start=1):
+                    spec = NodePartitionSpec(plan_id=f"p{generation}", gpus=[
+                        GpuSpec(index=0, mode="mig", slices=[SliceSpec(
+                            profile=parse_slice(s).profile, start=parse_slice(s).start)
+                            for s in layout]),
+                        GpuSpec(index=1, mode="mig")])
+                    result = reconciler.reconcile(NodePartition(
+                        metadata=ObjectMeta(name="lib-node", generation=generation), spec=spec))
+                    assert result.status.gpus[1].mode == "mig"
+                time.sleep(0.3)  # the Xid watcher has waited on its event set
+        finally:
+            kubelet.stop()
+    assert server.calls_by_client[os.getpid()] == documented("tessera")

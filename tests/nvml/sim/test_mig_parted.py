@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tessera.agent.node import NodeRuntime, RuntimeSettings
 from tessera.agent.reconciler import Reconciler
 from tessera.api.migparted import policy_from_mig_parted
 from tessera.api.v1alpha1 import NodePartition, NodePartitionSpec, NodePartitionStatus, ObjectMeta
@@ -32,15 +33,13 @@ from tessera.controller.policies import policy_gpu_specs
 from tessera.core import catalogue
 from tessera.core.errors import InvalidInputError
 from tessera.core.layout import layout_for_counts
-from tessera.kubelet.plugins import PluginSettings
-from tessera.nvml import sim
-from tessera.nvml.backend import open_backend
 from tessera.nvml.sim.server import NvmlServer
 from tessera.nvml.sim.state import new_node_state
 from tessera.nvml.sim.store import load_state_file, write_new_state_file
 from tessera.testing import KubeletStandIn, nvml_library, short_socket_dir
 from tessera.testing.cluster.fixtures import require_nvidia_tools, require_nvml_library
 from tessera.testing.nvidia_host import NvidiaHost, mig_parted_readable
+from tests._nvml_calls import documented
 
 MODELS = ("A100-80GB", "H100-80GB", "H200-141GB", "B200-180GB")
 """The cards the issue names; the 2026 default config covers B200 (v0.10.0's own does not)."""
@@ -105,36 +104,42 @@ def _report(status: NodePartitionStatus | None = None, *,
 @contextlib.contextmanager
 def _tessera_agent(socket: Path) -> Iterator[Reconciler]:
     """Tessera's agent runtime on the node, reaching its cards through the library."""
-    nvml_library.load(socket)
-    backend = open_backend("real")
     with short_socket_dir() as root:
         kubelet = KubeletStandIn(root / "device-plugins")
         kubelet.start()
-        runtime = NodeRuntime(backend, RuntimeSettings(
-            plugins=PluginSettings(plugin_dir=str(root / "device-plugins")),
-            pod_resources_socket=str(kubelet.pod_resources_socket), xid_poll_s=0.05))
-        runtime.start()
         try:
-            yield Reconciler(runtime)
+            with nvml_library.agent_runtime(socket, root / "device-plugins",
+                                            kubelet.pod_resources_socket) as runtime:
+                yield Reconciler(runtime)
         finally:
-            runtime.stop()
-            backend.close()
-            sim.uninstall()
             kubelet.stop()
 
 
+@dataclass
+class _Node:
+    host: NvidiaHost
+    reconciler: Reconciler
+    server: NvmlServer
+
+    def calls(self, *, ours: bool) -> set[str]:
+        """The calls the simulator saw from this process (Tessera's agent), or from others
+        (mig-parted)."""
+        return set().union(*(names for pid, names in self.server.calls_by_client.items()
+                             if (pid == os.getpid()) == ours))
+
+
 @contextlib.contextmanager
-def _node(tmp_path: Path, model: str) -> Iterator[tuple[NvidiaHost, Reconciler]]:
+def _node(tmp_path: Path, model: str) -> Iterator[_Node]:
     """One card of ``model`` in MIG mode, empty, behind the library; NVIDIA's tools and
     Tessera's agent both reach it."""
     library = require_nvml_library()
     state = tmp_path / "node.json"
     write_new_state_file(state, new_node_state("node-a", [model]))
-    with short_socket_dir() as sockets, NvmlServer(state, sockets / "nvml.sock"):
+    with short_socket_dir() as sockets, NvmlServer(state, sockets / "nvml.sock") as server:
         host = NvidiaHost(tmp_path / "host", load_state_file(state), library,
                           sockets / "nvml.sock")
         with _tessera_agent(sockets / "nvml.sock") as reconciler:
-            yield host, reconciler
+            yield _Node(host, reconciler, server)
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +167,8 @@ def test_the_default_config_names_every_size_of_each_card_and_the_balanced_mix()
 def test_mig_parted_applies_each_entry_and_tessera_reports_and_plans_the_same(
         model: str, config: Path, mig_parted: str, tmp_path: Path) -> None:
     document = yaml.safe_load(config.read_text())
-    with _node(tmp_path, model) as (host, reconciler):
+    with _node(tmp_path, model) as node:
+        host, reconciler = node.host, node.reconciler
         for name, counts in _entries(model):  # one card taken through every entry in turn
             applied = host.run([mig_parted, "apply", "-f", str(config), "-c", name],
                                env=SKIP_RESET)
@@ -188,13 +194,18 @@ def test_mig_parted_applies_each_entry_and_tessera_reports_and_plans_the_same(
             assert held.done == [], f"{name}: the policy keeps mig-parted's layout as it is"
             assert host.run([mig_parted, "assert", "-f", str(config), "-c",
                              name]).returncode == 0
+        seen = node.calls(ours=False)
+        assert seen <= documented("mig-parted"), "the README's table lists every call it makes"
+        assert documented("mig-parted") - seen <= {"nvmlDeviceSetMigMode"}, \
+            "and no other (mode changes: tests/e2e/test_nvidia_device_plugin.py)"
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_a_layout_tessera_applies_from_an_imported_entry_passes_mig_parted_assert(
         model: str, config: Path, mig_parted: str, tmp_path: Path) -> None:
     document = yaml.safe_load(config.read_text())
-    with _node(tmp_path, model) as (host, reconciler):
+    with _node(tmp_path, model) as node:
+        host, reconciler = node.host, node.reconciler
         for name, counts in _entries(model):
             status = reconciler.reconcile(_report()).status
             specs = policy_gpu_specs(policy_from_mig_parted(document, name).policy,

@@ -55,6 +55,7 @@ class _Int(int):
 
 @dataclass
 class _Session:
+    pid: int = 0
     lib: FakeNvmlLib | None = None
     connections: int = 0
     lock: threading.RLock = field(default_factory=threading.RLock)
@@ -197,6 +198,9 @@ class NvmlServer:
         self._store: FileStore | None = None
         self._connections: set[socket.socket] = set()
         self.calls: dict[str, int] = {}
+        self.calls_by_client: dict[int, set[str]] = {}
+        """The NVML entry points each client process (by pid) has called, known or not: which
+        calls a tool such as mig-parted really makes."""
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
@@ -243,7 +247,7 @@ class NvmlServer:
                                             struct.calcsize("3i"))
         pid = struct.unpack("3i", credentials)[0] or -id(connection)
         with self._sessions_lock:
-            session = self._sessions.setdefault(pid, _Session())
+            session = self._sessions.setdefault(pid, _Session(pid))
             session.connections += 1
             self._connections.add(connection)
         return pid, session
@@ -294,6 +298,7 @@ class NvmlServer:
         except (ValueError, struct.error, UnicodeDecodeError, IndexError):
             return _reply(codes.INVALID_ARGUMENT, [])
         self.calls[name] = self.calls.get(name, 0) + 1
+        self.calls_by_client.setdefault(session.pid, set()).add(name)
         if name == "nvmlErrorString":
             return _reply(codes.SUCCESS, [error_string(int(raw[0][1]))])
         symbol = SYMBOLS.get(name)
