@@ -308,3 +308,67 @@ class TestFaultsAndEvents:
         _, device = a100
         with pytest.raises(pynvml.NVMLError_FunctionNotFound):
             pynvml.nvmlDeviceGetPowerUsage(device)
+
+
+class TestWhatNvidiasToolsAsk:
+    """Calls only NVIDIA's tools make (mig-parted, the device plugin and its go-nvlib and
+    go-gpuallocator); each answer from the catalogue, or a refusal a real card gives."""
+
+    def test_the_nvml_version_is_cuda_s_major_then_the_driver_s(self, a100) -> None:
+        assert pynvml.nvmlSystemGetNVMLVersion() == (
+            f"{pynvml.nvmlSystemGetCudaDriverVersion() // 1000}."
+            f"{pynvml.nvmlSystemGetDriverVersion()}")
+
+    def test_a_card_is_found_by_its_pci_bus_id_in_any_spelling(self, a100) -> None:
+        _, device = a100
+        bus_id = pynvml.nvmlDeviceGetPciInfo(device).busId
+        bus_id = bus_id.decode() if isinstance(bus_id, bytes) else bus_id
+        short = bus_id.split(":", 1)[1]
+        for spelling in (bus_id, bus_id.lower(), short, "0000:" + short):
+            found = pynvml.nvmlDeviceGetHandleByPciBusId(spelling)
+            assert pynvml.nvmlDeviceGetUUID(found) == pynvml.nvmlDeviceGetUUID(device)
+        with pytest.raises(pynvml.NVMLError_NotFound):
+            pynvml.nvmlDeviceGetHandleByPciBusId("00000000:FF:1F.0")
+        with pytest.raises(pynvml.NVMLError_InvalidArgument):
+            pynvml.nvmlDeviceGetHandleByPciBusId("not-a-bus-id")
+
+    def test_compute_capability_is_the_catalogue_s_on_cards_and_mig_devices(
+            self, sim_node: SimNode) -> None:
+        sim_node("A100-80GB", "H100-80GB", "B200-180GB", "L4-24GB")
+        expected = [(8, 0), (9, 0), (10, 0), (8, 9)]
+        got = [pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(i))
+               for i in range(4)]
+        assert got == expected
+
+    def test_a_mig_device_s_attributes_are_its_profile_s(self, a100) -> None:
+        _, device = a100
+        profile = A100.profile("3g.20gb")
+        _full_ci(_create(device, "3g.20gb", 4), profile.compute_slices)
+        attributes = pynvml.nvmlDeviceGetAttributes(
+            pynvml.nvmlDeviceGetMigDeviceHandleByIndex(device, 0))
+        assert (attributes.multiprocessorCount, attributes.gpuInstanceSliceCount,
+                attributes.computeInstanceSliceCount, attributes.memorySizeMB,
+                attributes.sharedCopyEngineCount, attributes.sharedDecoderCount) == (
+            profile.sm_count, 3, 3, profile.memory_mib, profile.engines.copy,
+            profile.engines.decoders)
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetAttributes(device)
+
+    def test_only_xid_events_are_supported_and_only_on_the_card(self, a100) -> None:
+        _, device = a100
+        assert pynvml.nvmlDeviceGetSupportedEventTypes(device) == \
+            pynvml.nvmlEventTypeXidCriticalError
+        _full_ci(_create(device, "1g.5gb", 0), 1)
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetSupportedEventTypes(
+                pynvml.nvmlDeviceGetMigDeviceHandleByIndex(device, 0))
+
+    def test_every_card_sits_under_one_cpu_with_no_nvlink(self, sim_node: SimNode) -> None:
+        sim_node("A100-80GB", "A100-80GB")
+        first, second = (pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(2))
+        assert pynvml.nvmlDeviceGetTopologyCommonAncestor(first, second) == \
+            pynvml.NVML_TOPOLOGY_NODE
+        assert pynvml.nvmlDeviceGetTopologyCommonAncestor(first, first) == \
+            pynvml.NVML_TOPOLOGY_INTERNAL
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetNvLinkState(first, 0)
