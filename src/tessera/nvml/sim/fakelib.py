@@ -384,12 +384,7 @@ class FakeNvmlLib:
         assert profile is not None
         slices = compute.size
         target = _out(attributes)
-        target.multiprocessorCount = profile.sm_count * slices // profile.compute_slices
-        target.sharedCopyEngineCount = profile.engines.copy
-        target.sharedDecoderCount = profile.engines.decoders
-        target.sharedEncoderCount = profile.engines.encoders
-        target.sharedJpegCount = profile.engines.jpeg
-        target.sharedOfaCount = profile.engines.ofa
+        _fill_ci_share(target, profile, slices)
         target.gpuInstanceSliceCount = profile.compute_slices
         target.computeInstanceSliceCount = slices
         target.memorySizeMB = profile.memory_mib
@@ -752,12 +747,7 @@ class FakeNvmlLib:
         target.id = int(constant)
         target.sliceCount = slices
         target.instanceCount = gi_profile.compute_slices // slices
-        target.multiprocessorCount = gi_profile.sm_count * slices // gi_profile.compute_slices
-        target.sharedCopyEngineCount = gi_profile.engines.copy
-        target.sharedDecoderCount = gi_profile.engines.decoders
-        target.sharedEncoderCount = gi_profile.engines.encoders
-        target.sharedJpegCount = gi_profile.engines.jpeg
-        target.sharedOfaCount = gi_profile.engines.ofa
+        _fill_ci_share(target, gi_profile, slices)
         if hasattr(target, "name"):
             suffix = gi_profile.name if slices == gi_profile.compute_slices else (
                 f"{slices}c.{gi_profile.name}")
@@ -930,6 +920,17 @@ class FakeNvmlLib:
 def error_string(result: int) -> bytes:
     """``nvmlErrorString``: the same text through either door (in process, or the library)."""
     return _ERROR_STRINGS.get(result, f"Unknown Error {result}").encode()
+
+
+def _fill_ci_share(target: Any, gi_profile: catalogue.MigProfile, slices: int) -> None:
+    """A compute instance of ``slices`` in a GPU instance of ``gi_profile``: its share of the
+    SMs, and the GI's engines, which its compute instances share."""
+    target.multiprocessorCount = gi_profile.sm_count * slices // gi_profile.compute_slices
+    target.sharedCopyEngineCount = gi_profile.engines.copy
+    target.sharedDecoderCount = gi_profile.engines.decoders
+    target.sharedEncoderCount = gi_profile.engines.encoders
+    target.sharedJpegCount = gi_profile.engines.jpeg
+    target.sharedOfaCount = gi_profile.engines.ofa
 
 
 def _pci_address(text: str) -> tuple[int, int, int, int] | None:
