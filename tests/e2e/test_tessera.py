@@ -369,8 +369,9 @@ def test_a_static_policy_from_mig_parted_is_applied_and_kept(system: System) -> 
         None, name="static-3g", node_selector={"tessera.dev/pool": "static"}).policy
     system.custom.create_cluster_custom_object(GROUP, VERSION, "partitionpolicies",
                                                policy.to_wire())
+    # Its agent finds the cards as on a GPU node: through libnvidia-ml.so.1 (the simulated one).
     node = system.add_gpu_node("a100-static", {"tessera.dev/pool": "static"},
-                               ["A100-80GB", "A100-80GB"])
+                               ["A100-80GB", "A100-80GB"], nvml="library")
 
     def layout() -> list[set[tuple[str, int]]]:
         if not system.reported(node.name):

@@ -83,11 +83,19 @@ def test_the_table_and_the_simulator_name_the_same_entry_points() -> None:
 
 
 def test_with_no_simulator_init_says_the_driver_is_not_loaded(
-        library: ctypes.CDLL, socket_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(nvml_library.SOCKET_ENV, str(socket_dir / "absent.sock"))
-    assert library.nvmlInit_v2() == codes.DRIVER_NOT_LOADED
-    count = ctypes.c_uint(7)
-    assert library.nvmlDeviceGetCount_v2(ctypes.byref(count)) == codes.UNINITIALIZED
+        library: ctypes.CDLL, socket_dir: Path) -> None:
+    """In a process of its own, as on a node without a driver: the library's state is the
+    process's, and this test's process has talked to simulators before."""
+    script = (
+        "import ctypes, sys\n"
+        f"lib = ctypes.CDLL({str(nvml_library.locate())!r})\n"
+        "count = ctypes.c_uint(7)\n"
+        "print(lib.nvmlInit_v2(), lib.nvmlDeviceGetCount_v2(ctypes.byref(count)), count.value)\n")
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True,
+        env={**os.environ, nvml_library.SOCKET_ENV: str(socket_dir / "absent.sock")})
+    assert result.stdout.split() == [str(codes.DRIVER_NOT_LOADED), str(codes.UNINITIALIZED),
+                                      "7"]
 
 
 def test_with_no_state_file_init_says_the_driver_is_not_loaded(
