@@ -14,10 +14,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import pynvml
-
 from tessera.agent.node import NodeRuntime, RuntimeSettings
 from tessera.kubelet.plugins import PluginSettings
+from tessera.nvml import sim
 from tessera.nvml.backend import open_backend
 
 __all__ = ["LIB_ENV", "SOCKET_ENV", "agent_runtime", "load", "locate"]
@@ -43,10 +42,7 @@ def load(socket_path: str | os.PathLike[str]) -> ctypes.CDLL:
     """Make this process's pynvml call the library, talking to the server on ``socket_path``."""
     os.environ[SOCKET_ENV] = str(socket_path)
     library = ctypes.CDLL(str(locate()))
-    with pynvml.libLoadLock:
-        pynvml.nvmlLib = library
-        pynvml._nvmlGetFunctionPointer_cache.clear()
-        pynvml._nvmlLib_refcount = 0
+    sim.point_pynvml_at(library)
     return library
 
 
@@ -67,7 +63,4 @@ def agent_runtime(socket_path: str | os.PathLike[str], plugin_dir: Path,
     finally:
         runtime.stop()
         backend.close()
-        with pynvml.libLoadLock:
-            pynvml.nvmlLib = None
-            pynvml._nvmlGetFunctionPointer_cache.clear()
-            pynvml._nvmlLib_refcount = 0
+        sim.uninstall()
