@@ -197,7 +197,6 @@ class NvmlServer:
         self._sessions_lock = threading.Lock()
         self._store: FileStore | None = None
         self._connections: set[socket.socket] = set()
-        self.calls: dict[str, int] = {}
         self.calls_by_client: dict[int, set[str]] = {}
         """The NVML entry points each client process (by pid) has called, known or not: which
         calls a tool such as mig-parted really makes."""
@@ -297,7 +296,6 @@ class NvmlServer:
             name, raw = _decode_request(payload)
         except (ValueError, struct.error, UnicodeDecodeError, IndexError):
             return _reply(codes.INVALID_ARGUMENT, [])
-        self.calls[name] = self.calls.get(name, 0) + 1
         self.calls_by_client.setdefault(session.pid, set()).add(name)
         if name == "nvmlErrorString":
             return _reply(codes.SUCCESS, [error_string(int(raw[0][1]))])
