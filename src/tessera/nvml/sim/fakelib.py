@@ -865,18 +865,21 @@ class FakeNvmlLib:
         """Xid critical errors, the one kind of event the simulator delivers (a real card
         also lists ECC, clock and power events; claiming them here would promise events that
         never come). Asked of a MIG device, NOT_SUPPORTED, as registering is."""
-        key = self._key(handle, "gpu", "mig")
-        if key.kind == "mig":
-            return codes.NOT_SUPPORTED
-        self._gpu(self.store.read(), key)
+        self._events_gpu(handle)
         _out(event_types).value = XID_EVENT
         return codes.SUCCESS
 
-    def nvmlDeviceRegisterEvents(self, handle: Any, mask: Any, event_set: Any) -> int:
+    def _events_gpu(self, handle: Any) -> _Key:
+        """The GPU a handle names for its events; events belong to the card, not to its MIG
+        devices (NOT_SUPPORTED)."""
         key = self._key(handle, "gpu", "mig")
         if key.kind == "mig":
-            return codes.NOT_SUPPORTED
+            raise _FailError(codes.NOT_SUPPORTED)
         self._gpu(self.store.read(), key)
+        return key
+
+    def nvmlDeviceRegisterEvents(self, handle: Any, mask: Any, event_set: Any) -> int:
+        key = self._events_gpu(handle)
         registered = self._event_sets.get(_address(event_set))
         if registered is None:
             return codes.INVALID_ARGUMENT
