@@ -159,10 +159,7 @@ class NvidiaNode:
             raise RuntimeError(f"mig-parted apply: {result.stdout}{result.stderr}")
 
     def start_plugin(self) -> None:
-        self.plugin = self.host.popen([str(tools() / "nvidia-device-plugin"),
-                                       "--mig-strategy=mixed", "--device-discovery-strategy=nvml",
-                                       "--fail-on-init-error=true"],
-                                      self.node.logs / "nvidia-device-plugin.log")
+        self.plugin = self.host.device_plugin(self.node.logs / "nvidia-device-plugin.log")
 
     def stop_plugin(self) -> None:
         if self.plugin is not None:

@@ -140,9 +140,7 @@ def _after_xid(cluster: Cluster, node: Node, state: Path, expected: dict[str, in
 
 @contextlib.contextmanager
 def _nvidia_device_plugin(host: NvidiaHost, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    plugin = host.popen([str(require_nvidia_tools() / "nvidia-device-plugin"),
-                         "--mig-strategy=mixed", "--device-discovery-strategy=nvml",
-                         "--fail-on-init-error=true"], log)
+    plugin = host.device_plugin(log)
     try:
         yield plugin
     finally:

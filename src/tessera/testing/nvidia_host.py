@@ -153,6 +153,12 @@ class NvidiaHost:
         return subprocess.run(self.command(argv), env=self.environment(env), text=True,
                               capture_output=True, timeout=timeout, check=False)
 
+    def device_plugin(self, log: Path) -> subprocess.Popen[bytes]:
+        """NVIDIA's device plugin on this host (``make nvidia-tools``), as the GPU operator runs
+        it for MIG: strategy ``mixed``, devices found through NVML, an init error fatal."""
+        return self.popen([str(tools() / "nvidia-device-plugin"), "--mig-strategy=mixed",
+                           "--device-discovery-strategy=nvml", "--fail-on-init-error=true"], log)
+
     def popen(self, argv: Sequence[str], log: Path,
               env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
         with log.open("ab") as out:
