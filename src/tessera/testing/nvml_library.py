@@ -18,8 +18,9 @@ from tessera.agent.node import NodeRuntime, RuntimeSettings
 from tessera.kubelet.plugins import PluginSettings
 from tessera.nvml import sim
 from tessera.nvml.backend import open_backend
+from tessera.testing.kubelet import KubeletStandIn, short_socket_dir
 
-__all__ = ["LIB_ENV", "SOCKET_ENV", "agent_runtime", "load", "locate"]
+__all__ = ["LIB_ENV", "SOCKET_ENV", "agent_beside_stand_in", "agent_runtime", "load", "locate"]
 
 LIB_ENV = "TESSERA_NVML_LIB"
 """The library file, set by ``make pytest``; else ``build/nvml/libnvidia-ml.so.1``."""
@@ -64,3 +65,19 @@ def agent_runtime(socket_path: str | os.PathLike[str], plugin_dir: Path,
         runtime.stop()
         backend.close()
         sim.uninstall()
+
+
+@contextlib.contextmanager
+def agent_beside_stand_in(socket_path: str | os.PathLike[str]) -> Iterator[NodeRuntime]:
+    """:func:`agent_runtime` with the kubelet stand-in (:class:`KubeletStandIn`) taking its
+    device plugins and answering PodResources, in a short socket folder of their own: the
+    agent on a node without a real kubelet."""
+    with short_socket_dir() as root:
+        kubelet = KubeletStandIn(root / "device-plugins")
+        kubelet.start()
+        try:
+            with agent_runtime(socket_path, root / "device-plugins",
+                               kubelet.pod_resources_socket) as runtime:
+                yield runtime
+        finally:
+            kubelet.stop()

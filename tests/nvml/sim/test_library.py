@@ -32,7 +32,7 @@ from tessera.nvml.sim.fakelib import codes
 from tessera.nvml.sim.server import NvmlServer
 from tessera.nvml.sim.state import new_node_state
 from tessera.nvml.sim.store import write_new_state_file
-from tessera.testing import KubeletStandIn, nvml_library, short_socket_dir
+from tessera.testing import nvml_library, short_socket_dir
 from tessera.testing.cluster.fixtures import require_nvml_library
 from tests._nvml_calls import documented
 
@@ -259,25 +259,18 @@ def test_the_agent_makes_the_calls_the_readme_table_gives_it(tmp_path: Path,
     node = new_node_state("lib-node", ["A100-80GB", "H100-80GB"])
     node.gpus[1].mig_current = node.gpus[1].mig_pending = 0
     write_new_state_file(state, node)
-    with NvmlServer(state, socket_dir / "nvml.sock") as server:
-        kubelet = KubeletStandIn(socket_dir / "device-plugins")
-        kubelet.start()
-        try:
-            with nvml_library.agent_runtime(socket_dir / "nvml.sock",
-                                            socket_dir / "device-plugins",
-                                            kubelet.pod_resources_socket) as runtime:
-                reconciler = Reconciler(runtime)
-                for generation, layout in enumerate(
-                        (["3g.40gb@4", "1g.10gb@0"], ["7g.80gb@0"]), start=1):
-                    spec = NodePartitionSpec(plan_id=f"p{generation}", gpus=[
-                        GpuSpec(index=0, mode="mig", slices=[SliceSpec(
-                            profile=parse_slice(s).profile, start=parse_slice(s).start)
-                            for s in layout]),
-                        GpuSpec(index=1, mode="mig")])
-                    result = reconciler.reconcile(NodePartition(
-                        metadata=ObjectMeta(name="lib-node", generation=generation), spec=spec))
-                    assert result.status.gpus[1].mode == "mig"
-                time.sleep(0.3)  # the Xid watcher has waited on its event set
-        finally:
-            kubelet.stop()
+    with (NvmlServer(state, socket_dir / "nvml.sock") as server,
+          nvml_library.agent_beside_stand_in(socket_dir / "nvml.sock") as runtime):
+        reconciler = Reconciler(runtime)
+        for generation, layout in enumerate(
+                (["3g.40gb@4", "1g.10gb@0"], ["7g.80gb@0"]), start=1):
+            spec = NodePartitionSpec(plan_id=f"p{generation}", gpus=[
+                GpuSpec(index=0, mode="mig", slices=[SliceSpec(
+                    profile=parse_slice(s).profile, start=parse_slice(s).start)
+                    for s in layout]),
+                GpuSpec(index=1, mode="mig")])
+            result = reconciler.reconcile(NodePartition(
+                metadata=ObjectMeta(name="lib-node", generation=generation), spec=spec))
+            assert result.status.gpus[1].mode == "mig"
+        time.sleep(0.3)  # the Xid watcher has waited on its event set
     assert server.calls_by_client[os.getpid()] == documented("tessera")

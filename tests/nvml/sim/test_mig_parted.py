@@ -36,7 +36,7 @@ from tessera.core.layout import layout_for_counts
 from tessera.nvml.sim.server import NvmlServer
 from tessera.nvml.sim.state import new_node_state
 from tessera.nvml.sim.store import load_state_file, write_new_state_file
-from tessera.testing import KubeletStandIn, nvml_library, short_socket_dir
+from tessera.testing import nvml_library, short_socket_dir
 from tessera.testing.cluster.fixtures import require_nvidia_tools, require_nvml_library
 from tessera.testing.nvidia_host import NvidiaHost, mig_parted_readable
 from tests._nvml_calls import documented
@@ -104,15 +104,8 @@ def _report(status: NodePartitionStatus | None = None, *,
 @contextlib.contextmanager
 def _tessera_agent(socket: Path) -> Iterator[Reconciler]:
     """Tessera's agent runtime on the node, reaching its cards through the library."""
-    with short_socket_dir() as root:
-        kubelet = KubeletStandIn(root / "device-plugins")
-        kubelet.start()
-        try:
-            with nvml_library.agent_runtime(socket, root / "device-plugins",
-                                            kubelet.pod_resources_socket) as runtime:
-                yield Reconciler(runtime)
-        finally:
-            kubelet.stop()
+    with nvml_library.agent_beside_stand_in(socket) as runtime:
+        yield Reconciler(runtime)
 
 
 @dataclass
